@@ -80,7 +80,7 @@ fn builds(metadata: &Value, package: &str) -> BTreeSet<String> {
     seen.into_iter().map(|id| name_of[id].to_owned()).collect()
 }
 
-// i[verify xtask.layout]
+// i[verify xtask.layout+2]
 #[test]
 fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     let metadata = metadata();
@@ -91,6 +91,8 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
         "plotters",
         "holdfast-drain-demo",
         "holdfast-bench",
+        "holdfast-dist",
+        "spec-parity",
     ] {
         assert!(
             !xtask.contains(driver_only),
@@ -121,11 +123,18 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     };
     let members = names("workspace_members");
     let defaults = names("workspace_default_members");
-    for driver in ["holdfast-drain-demo", "holdfast-bench"] {
+    for driver in [
+        "holdfast-drain-demo",
+        "holdfast-bench",
+        "holdfast-dist",
+        "spec-parity",
+    ] {
         assert!(members.contains(driver), "{driver} is a workspace member");
         assert!(!defaults.contains(driver), "{driver} is a default member");
     }
     assert!(defaults.contains("xtask") && defaults.contains("holdfast-harness"));
+    // What the gate needs is built by it: spec-git reads `--base`'s revision.
+    assert!(defaults.contains("spec-git") && xtask.contains("spec-git"));
 }
 
 // i[verify xtask.layout.engine]
@@ -155,6 +164,15 @@ fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
         assert!(
             !prove.contains(forbidden),
             "spec-prove builds {forbidden}: {prove:?}"
+        );
+    }
+    // spec-git reads a git revision for the engine, below the command line.
+    let git = builds(&metadata, "spec-git");
+    assert!(git.contains("spec-engine"));
+    for forbidden in ["clap", "anyhow", "tokio", "xtask"] {
+        assert!(
+            !git.contains(forbidden),
+            "spec-git builds {forbidden}: {git:?}"
         );
     }
 }
@@ -209,7 +227,7 @@ fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Opti
     (status.code(), called)
 }
 
-// i[verify xtask.layout]
+// i[verify xtask.layout+2]
 #[test]
 fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -234,4 +252,29 @@ fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory
     let (code, called) = with_stand_in_cargo(&sub, &["bench", "gateway", "--connections", "10"], 2);
     assert_eq!(code, Some(2), "{called}");
     assert!(called.contains("-p holdfast-bench -- gateway"), "{called}");
+    // The package, the parity with tracey and the retry benches: each driver gets the command's
+    // arguments as given, `--help` included.
+    for (args, driver) in [
+        (
+            &["dist", "deb", "--debug", "--no-build"][..],
+            "-p holdfast-dist -- deb --debug --no-build",
+        ),
+        (&["dist", "deb", "--help"], "-p holdfast-dist -- deb --help"),
+        (
+            &["tracey-parity", "--out", "p.md"],
+            "-p spec-parity -- --out p.md",
+        ),
+        (&["tracey-parity", "--help"], "-p spec-parity -- --help"),
+        (
+            &["bench", "retry", "--keys", "10"],
+            "-p holdfast-bench -- retry --warm-up-secs 1 --measurement-secs 3 --keys 10",
+        ),
+    ] {
+        let (code, called) = with_stand_in_cargo(&sub, args, 0);
+        assert_eq!(code, Some(0), "{called}");
+        assert!(
+            called.ends_with(&format!("{driver}\n")),
+            "{args:?}: {called}"
+        );
+    }
 }
