@@ -278,3 +278,40 @@ fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory
         );
     }
 }
+
+/// The crates split out of xtask import their modules one way: a module names (`crate::m`) only
+/// the modules listed before it, never one after it nor the crate's root, so none imports a
+/// module that imports it back.
+#[test]
+fn the_split_crates_modules_import_one_way() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace");
+    let crates: [(&str, &[&str]); 3] = [
+        (
+            "xtask/git/src",
+            &[
+                "git", "listing", "ignored", "revision", "review", "fixture", "tests",
+            ],
+        ),
+        ("xtask/parity/src", &["error", "locate", "workdir", "query"]),
+        ("xtask/dist/src", &["package", "prebuilt", "error", "steps"]),
+    ];
+    for (dir, order) in crates {
+        for (at, module) in order.iter().enumerate() {
+            let path = root.join(dir).join(format!("{module}.rs"));
+            let text = std::fs::read_to_string(&path).expect("the module's file");
+            for (offset, _) in text.match_indices("crate::") {
+                let named: String = text[offset + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    order[..at].contains(&named.as_str()),
+                    "{}: names crate::{named}, not a module listed before `{module}` in {order:?}",
+                    path.display()
+                );
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{FEATURES, Profile, TEST_ONLY_FEATURE};
+use crate::package::{FEATURES, Profile, TEST_ONLY_FEATURE};
 
 /// Why the binary an earlier build left is not packaged. Each names the build that makes one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

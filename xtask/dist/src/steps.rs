@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::error::Error;
+use crate::package::{COMPLETIONS, FEATURES, Profile};
 use crate::prebuilt::{self, Refused};
-use crate::{COMPLETIONS, Error, FEATURES, Profile};
 
 /// `Error::Run` for the command line `what`.
 fn running(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {

@@ -7,8 +7,8 @@ use std::process::Command;
 use spec_engine::review;
 
 use crate::fixture::{REVIEW_CONFIG, REVIEW_LIB, REVIEW_SPEC, git, two_commits};
-use crate::review::Error;
-use crate::{review_work_tree as review_at, revision};
+use crate::review::{Error, review_work_tree as review_at};
+use crate::revision;
 
 fn review_of_last_commit(dir: &tempfile::TempDir) -> review::Review {
     let root = dir.path().canonicalize().expect("root");

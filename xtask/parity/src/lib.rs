@@ -8,8 +8,10 @@
 //! `--out`; its test against a real tracey skips loudly without one. It is outside the
 //! workspace's `default-members`, so the gate's own build never compiles it.
 //!
-//! How the parts fit, leaf first:
+//! How the parts fit, leaf first (each imports only the ones before it; this module, last,
+//! imports them all):
 //!
+//! - `error` — why there is no comparison ([`Error`]).
 //! - [`locate`] — which tracey runs (`--tracey`, `$TRACEY`, `PATH`), made absolute.
 //! - `workdir` — the run's own directory, removed when done.
 //! - `query` — `tracey query status` on one tree, asked again while its daemon starts
@@ -19,6 +21,7 @@
 //!
 //! The README has an example that compares with a stand-in tracey (it runs as a doctest).
 
+mod error;
 pub mod locate;
 mod query;
 mod workdir;
@@ -28,8 +31,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use spec_engine::spec_check::parity::{self, Comparison};
-use spec_engine::spec_check::problem::Problem;
 
+pub use error::Error;
 pub use query::ATTEMPTS;
 use query::Ask;
 use workdir::WorkDir;
@@ -39,67 +42,6 @@ pub const PARITY_COMMAND: &str = "cargo xtask tracey-parity --out docs/audit/tra
 
 /// The pause between asks while tracey answers `Error: Cancelled`.
 pub const RETRY_PAUSE: Duration = Duration::from_secs(2);
-
-/// Why there is no comparison.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// tracey cannot be run.
-    #[error("cannot run {shown}: {source}")]
-    CannotRun {
-        /// tracey as the errors name it.
-        shown: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The run's directory or a shape's file cannot be written.
-    #[error("{path}: {source}")]
-    Write {
-        /// What was written.
-        path: String,
-        /// Why it failed.
-        source: std::io::Error,
-    },
-    /// The gate cannot judge a tree.
-    #[error("{name}: the gate cannot judge the tree: {problem}")]
-    Gate {
-        /// The tree.
-        name: String,
-        /// What stopped the gate.
-        problem: Box<Problem>,
-    },
-    /// tracey's daemon did not start in [`ATTEMPTS`] asks.
-    #[error(
-        "{name}: tracey answered `Error: Cancelled` (its daemon did not start) after {attempts} attempts"
-    )]
-    Cancelled {
-        /// The tree.
-        name: String,
-        /// How often it was asked.
-        attempts: usize,
-    },
-    /// `query status` failed.
-    #[error("{name}: `{shown} query status` failed ({status}){said}")]
-    Failed {
-        /// The tree.
-        name: String,
-        /// tracey as the errors name it.
-        shown: String,
-        /// Its exit status.
-        status: String,
-        /// What it wrote on stderr and stdout, quoted.
-        said: String,
-    },
-    /// `query status` answered nothing the comparison can use.
-    #[error("{name}: {error}{said}")]
-    Unusable {
-        /// The tree.
-        name: String,
-        /// What was wrong with the answer.
-        error: parity::Error,
-        /// What it wrote on stderr, quoted.
-        said: String,
-    },
-}
 
 /// The comparisons of one run: every shape's, then the workspace's.
 #[derive(Debug)]

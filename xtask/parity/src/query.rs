@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use spec_engine::spec_check::parity::{self, Answer};
 
-use crate::Error;
+use crate::error::Error;
 
 /// How many times `query status` is asked while tracey answers `Error: Cancelled`.
 pub const ATTEMPTS: usize = 6;
