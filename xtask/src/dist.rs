@@ -16,7 +16,6 @@ pub struct Args {
 }
 
 /// Runs the command.
-// i[impl dist.deb+2]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::drivers::run("holdfast-dist", &args.args)
 }

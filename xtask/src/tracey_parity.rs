@@ -15,7 +15,6 @@ pub struct Args {
 }
 
 /// Runs the command.
-// i[impl spec-check.parity+2]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::drivers::run("spec-parity", &args.args)
 }
