@@ -1,5 +1,6 @@
 //! `holdfast-dist` (run as `cargo xtask dist deb`): the command line. It prints the path of the
-//! `.deb` on its last line; exit 2 when no package was made.
+//! `.deb` on its last line; exit 1 when no package was made (no cargo-deb, a refused binary, a
+//! failed step), 2 on a command line clap refuses.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,8 +50,8 @@ fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("error: {err}");
-            // xtask's usage error: a run that could not do its job at all.
-            ExitCode::from(2)
+            // i[dist.deb+2] and i[dist.deb.no-build] say 1: the run was judged and no package made.
+            ExitCode::FAILURE
         }
     }
 }
