@@ -1,5 +1,5 @@
 //! `cargo xtask tracey-parity`'s binary against a real tracey (opt-in: it skips loudly without
-//! one) and without one (in CI).
+//! one), and without one and against a stand-in (in CI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,4 +105,62 @@ fn tracey_parity_without_a_tracey_exits_2() {
         assert!(stderr.contains("no tracey"), "{given:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{given:?}: nothing judged");
     }
+}
+
+/// Counts that differ from tracey's without a stated reason: `tracey-parity` prints the table,
+/// writes the same page to `--out`, and exits 1. Runs against a stand-in tracey, in CI.
+// i[verify spec-check.parity+2]
+#[test]
+fn counts_that_differ_exit_1_and_out_is_the_printed_page() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("root");
+    for (path, text) in &spec_engine::shapes::all()[0].files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+    // spec-parity runs the stand-in itself, so it is an executable file. A forked `sh` writes it:
+    // this process never holds it open for writing, so another test's fork cannot make running it
+    // fail with ETXTBSY.
+    let tracey = dir.path().join("tracey");
+    let written = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "cat > \"$1\" <<'EOF'\n\
+             #!/bin/sh\n\
+             case \"$1\" in\n\
+             --version) echo 'tracey 1.3.0';;\n\
+             kill) ;;\n\
+             *) echo 'other/rust: 0 of 7 requirements are covered. 0 of 7 have a verification reference.';;\n\
+             esac\n\
+             EOF\n\
+             chmod +x \"$1\"",
+        )
+        .arg("sh")
+        .arg(&tracey)
+        .status()
+        .expect("write the stand-in tracey");
+    assert!(written.success());
+    let page = dir.path().join("parity.md");
+    let output = Command::new(env!("CARGO_BIN_EXE_spec-parity"))
+        .arg("--root")
+        .arg(&root)
+        .arg("--tracey")
+        .arg(&tracey)
+        .arg("--out")
+        .arg(&page)
+        .output()
+        .expect("run spec-parity");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("| this workspace | other/rust | 7/0/0/0 | — | **unexplained**: the gate has no such row |"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&page).expect("the page"), text);
 }
