@@ -201,6 +201,31 @@ fn the_test_runner_judges_through_the_engine_and_the_shared_harness_builds_no_en
     }
 }
 
+/// The drivers that start no service (the .deb build, the tracey parity) build the commands'
+/// common ground alone, not the harness: `cargo run -p holdfast-dist` in CI's `dist deb` step
+/// after `cargo xtask` compiles no tokio, nix or retry crate, nor features re-unified for them.
+#[test]
+fn the_drivers_that_start_no_service_build_none_of_the_harness() {
+    let metadata = metadata();
+    for driver in ["holdfast-dist", "spec-parity"] {
+        let built = builds(&metadata, driver);
+        assert!(built.contains("holdfast-command"), "{driver}: {built:?}");
+        for forbidden in [
+            "holdfast-harness",
+            "holdfast-test-support",
+            "holdfast-retry",
+            "tokio",
+            "nix",
+        ] {
+            assert!(
+                !built.contains(forbidden),
+                "{driver} builds {forbidden}: {built:?}"
+            );
+        }
+    }
+    assert!(builds(&metadata, "holdfast-command").is_empty());
+}
+
 /// Runs `cargo xtask ARGS` (the built binary) in `dir` with a stand-in cargo that records its
 /// arguments and directory, then exits `exit`; returns xtask's exit code and what it recorded.
 fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Option<i32>, String) {
@@ -287,7 +312,7 @@ fn the_split_crates_modules_import_one_way() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace");
-    let crates: [(&str, &[&str]); 3] = [
+    let crates: [(&str, &[&str]); 4] = [
         (
             "xtask/git/src",
             &[
@@ -296,6 +321,7 @@ fn the_split_crates_modules_import_one_way() {
         ),
         ("xtask/parity/src", &["error", "locate", "workdir", "query"]),
         ("xtask/dist/src", &["package", "prebuilt", "error", "steps"]),
+        ("xtask/command/src", &["output", "root"]),
     ];
     for (dir, order) in crates {
         for (at, module) in order.iter().enumerate() {

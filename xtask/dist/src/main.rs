@@ -59,10 +59,10 @@ fn main() -> ExitCode {
 // i[impl dist.deb+2]
 /// Builds (or checks) the binary, writes its docs, and packages it; returns the `.deb`.
 fn run(deb: DebArgs) -> Result<PathBuf, Error> {
-    let workspace = holdfast_harness::root::find(None)
+    let workspace = holdfast_command::root::find(None)
         .map_err(|message| Error::Failed(format!("dist: {message}")))?;
-    holdfast_harness::output::print(&holdfast_harness::root::banner(&workspace));
-    let target = holdfast_harness::root::target_dir(&workspace);
+    holdfast_command::output::print(&holdfast_command::root::banner(&workspace));
+    let target = holdfast_command::root::target_dir(&workspace);
     let profile = Profile::of(deb.debug);
     steps::cargo_deb_present()?;
     let products = target.join(profile.dir());

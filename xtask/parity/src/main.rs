@@ -32,7 +32,7 @@ struct Args {
 // i[impl spec-check.parity+2]
 fn main() -> ExitCode {
     let args = Args::parse();
-    let root = match holdfast_harness::root::find(args.root.as_deref()) {
+    let root = match holdfast_command::root::find(args.root.as_deref()) {
         Ok(root) => root,
         Err(message) => return usage_error(&message),
     };
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         }
     };
     let page = run.page();
-    holdfast_harness::output::print(&page);
+    holdfast_command::output::print(&page);
     if let Some(out) = &args.out
         && let Err(err) = std::fs::write(out, &page)
     {
