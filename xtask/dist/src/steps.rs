@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+// `cargo run -p holdfast-dist` set CARGO_PKG_* and CARGO_MANIFEST_DIR for this binary; cargo
+// without them builds what a plain `cargo` in the tree would, rebuilding nothing for their sake.
+use holdfast_command::root::cargo;
+
 use crate::error::Error;
 use crate::package::{COMPLETIONS, FEATURES, Profile};
 use crate::prebuilt::{self, Refused};
@@ -26,7 +30,7 @@ fn writing(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Er
 ///
 /// It does not ([`Error::NoCargoDeb`]).
 pub fn cargo_deb_present() -> Result<(), Error> {
-    let found = Command::new("cargo")
+    let found = cargo()
         .args(["deb", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -45,7 +49,7 @@ pub fn cargo_deb_present() -> Result<(), Error> {
 ///
 /// cargo cannot run or the build fails.
 pub fn build(workspace: &Path, profile: Profile) -> Result<(), Error> {
-    let mut command = Command::new("cargo");
+    let mut command = cargo();
     command
         .current_dir(workspace)
         .args(["build", "-p", "holdfast", "--features", FEATURES])
@@ -169,7 +173,7 @@ pub fn generate_docs(binary: &Path, dist: &Path) -> Result<(), Error> {
 /// cargo-deb cannot run, fails, or prints no `.deb`.
 // i[impl dist.deb.install]
 pub fn package(workspace: &Path, profile: Profile, out: &Path) -> Result<PathBuf, Error> {
-    let output = Command::new("cargo")
+    let output = cargo()
         .current_dir(workspace)
         .args(["deb", "-p", "holdfast", "--no-build", "--no-dbgsym"])
         .args(["--profile", profile.cargo_name()])
