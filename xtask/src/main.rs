@@ -18,10 +18,13 @@
 //!
 //! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
 //! (`xtask/engine`), and `spec-check --base` over spec-git (`xtask/git`), which reads a git
-//! revision's tree; `prove` plans from the tree it reads. The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
-//! `xtask/drivers/` (run with `cargo run -p`, see `drivers`); the real services and processes that
-//! the test runner and the drain demo both start are holdfast-harness (`xtask/harness/`); `test`
-//! is a command line over holdfast-test-runner (`xtask/runner/`).
+//! revision's tree; `prove` plans from the tree it reads. The drivers are crates of their own,
+//! run the same way (`cargo run -p`, see `drivers`): the drain demo and the retry suite's, the
+//! gateway's and forward's benchmark drivers under `xtask/drivers/`, holdfast-dist (`xtask/dist/`)
+//! and spec-parity (`xtask/parity/`). The real services and processes that the test runner and
+//! the drain demo both start are holdfast-harness (`xtask/harness/`), over holdfast-command
+//! (`xtask/command/`: the root, cargo and printing every command shares); `test` is a command line
+//! over holdfast-test-runner (`xtask/runner/`).
 
 mod attack;
 mod bench;
