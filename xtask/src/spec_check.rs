@@ -272,8 +272,14 @@ fn review_run_to(
     // back for the ratchet.
     let disk = spec_engine::Disk::new(root);
     let read_now = read(&disk);
-    match spec_git::review(root, base, &disk, &read_now, results, skips, crates) {
-        Ok((mut review, mut outcome)) => {
+    // The base is read once: the review judges it, the waivers' changes are taken from it.
+    let reviewed = match spec_git::read(root, base) {
+        Ok(then) => spec_git::review(base, &then, &disk, &read_now, results, skips, crates)
+            .map(|(review, outcome)| (review, outcome, then)),
+        Err(error) => Err(spec_git::review::Error::Base(error)),
+    };
+    match reviewed {
+        Ok((mut review, mut outcome, then)) => {
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match out.export {
@@ -299,9 +305,7 @@ fn review_run_to(
             }
             crate::output::print(&review::render(&review, &outcome, format));
             // What the change did to the waivers and the baseline, for the reviewer to judge.
-            if format != report::Format::Json
-                && let Ok(then) = spec_git::read(root, base)
-            {
+            if format != report::Format::Json {
                 let changes = ratchet::changes(&then, &disk);
                 if !changes.is_empty() {
                     let lines: Vec<String> = changes.iter().map(|c| format!("- {c}\n")).collect();

@@ -10,7 +10,7 @@ use spec_engine::spec_check::report::Outcome;
 use spec_engine::spec_check::{self, check_read};
 use spec_engine::{Disk, Tree};
 
-use crate::revision;
+use crate::revision::{self, Revision};
 
 /// What [`read_tree`](spec_check::read) made of a tree: its config and its rules and references,
 /// or the problem that stopped it.
@@ -44,10 +44,11 @@ pub fn review_work_tree(
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<(Review, Outcome), Error> {
+    let then = revision::read(root, base)?;
     let now = Disk::new(root);
     review(
-        root,
         base,
+        &then,
         &now,
         &spec_check::read(&now),
         results,
@@ -56,26 +57,26 @@ pub fn review_work_tree(
     )
 }
 
-/// [`review_work_tree`] with the work tree `now` already read as `read_now`.
+/// [`review_work_tree`] with the base `base` already read as `then` (the caller may want it again:
+/// xtask compares its waivers) and the work tree `now` already read as `read_now`.
 ///
 /// # Errors
 ///
-/// The base's files cannot be read, or the gate cannot judge either side (a tree whose config
-/// cannot be read is judged: it has no rules, and the gate's outcome says why).
+/// The gate cannot judge either side (a tree whose config cannot be read is judged: it has no
+/// rules, and the gate's outcome says why).
 // i[impl spec-check.review]
 pub fn review(
-    root: &Path,
     base: &str,
+    then: &Revision,
     now: &dyn Tree,
     read_now: &Read,
     results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<(Review, Outcome), Error> {
-    let then = revision::read(root, base)?;
     let outcome = check_read(now, read_now, results, skips, crates).map_err(Error::Now)?;
-    let read_then = spec_check::read(&then);
-    let outcome_then = check_read(&then, &read_then, &[], None, &[]).map_err(Error::Then)?;
+    let read_then = spec_check::read(then);
+    let outcome_then = check_read(then, &read_then, &[], None, &[]).map_err(Error::Then)?;
     // A side whose config cannot be read has no rules to compare: the gate says why.
     let (empty_now, empty_then) = (spec_check::Tree::empty(), spec_check::Tree::empty());
     let tree_now = read_now.as_ref().map_or(&empty_now, |(_, tree)| tree);
@@ -83,7 +84,7 @@ pub fn review(
     let review = review::compare(
         base,
         review::Side {
-            source: &then,
+            source: then,
             tree: tree_then,
             outcome: &outcome_then,
         },
