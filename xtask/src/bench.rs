@@ -27,21 +27,24 @@ pub struct Args {
     /// The suite to run.
     #[arg(value_enum)]
     suite: Suite,
-    /// Criterion warm-up time per benchmark, in seconds.
-    #[arg(long, default_value_t = 1)]
-    warm_up_secs: u64,
-    /// Criterion measurement time per benchmark, in seconds.
-    #[arg(long, default_value_t = 3)]
-    measurement_secs: u64,
-    /// Number of failing keys in the gate benches.
-    #[arg(long, default_value_t = 1_000_000)]
-    keys: u64,
+    // The driver's flags are passed on only when given: holdfast-bench owns their defaults, and
+    // `cargo run -p holdfast-bench -- retry --help` shows them.
+    /// retry suite: criterion warm-up time per benchmark, in seconds (default: holdfast-bench's).
+    #[arg(long)]
+    warm_up_secs: Option<u64>,
+    /// retry suite: criterion measurement time per benchmark, in seconds (default: holdfast-bench's).
+    #[arg(long)]
+    measurement_secs: Option<u64>,
+    /// retry suite: number of failing keys in the gate benches (default: holdfast-bench's).
+    #[arg(long)]
+    keys: Option<u64>,
     /// spec-check suite: the generated trees' sizes as multiples of this workspace's (`1,10,30`).
     #[arg(long, alias = "scales", value_delimiter = ',', default_values_t = [1, 10, 30])]
     scale: Vec<usize>,
-    /// gateway suite: clients per fleet (at least one: the figures are per connection).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    connections: usize,
+    /// gateway suite: clients per fleet (at least one: the figures are per connection; default:
+    /// holdfast-bench's).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    connections: Option<usize>,
     /// forward suite: a bounded run (well under a minute) for CI.
     #[arg(long)]
     quick: bool,
@@ -100,8 +103,7 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
     match args.suite {
         Suite::Gateway => {
             line.push("gateway".into());
-            line.push("--connections".into());
-            line.push(args.connections.to_string().into());
+            given(&mut line, "--connections", args.connections);
         }
         Suite::Forward => {
             line.push("forward".into());
@@ -117,16 +119,21 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
         }
         Suite::Retry => {
             line.push("retry".into());
-            line.push("--warm-up-secs".into());
-            line.push(args.warm_up_secs.to_string().into());
-            line.push("--measurement-secs".into());
-            line.push(args.measurement_secs.to_string().into());
-            line.push("--keys".into());
-            line.push(args.keys.to_string().into());
+            given(&mut line, "--warm-up-secs", args.warm_up_secs);
+            given(&mut line, "--measurement-secs", args.measurement_secs);
+            given(&mut line, "--keys", args.keys);
         }
         Suite::SpecCheck => {}
     }
     line
+}
+
+/// `FLAG VALUE` on `line` when the user gave the flag.
+fn given(line: &mut Vec<std::ffi::OsString>, flag: &str, value: Option<impl ToString>) {
+    if let Some(value) = value {
+        line.push(flag.into());
+        line.push(value.to_string().into());
+    }
 }
 
 /// The checkout this runs in (never the one xtask was built from; see `i[xtask.root]`).
@@ -157,21 +164,23 @@ mod tests {
             line(&["bench", "gateway", "--connections", "1000"]),
             ["gateway", "--connections", "1000"]
         );
-        assert_eq!(
-            line(&["bench", "gateway"]),
-            ["gateway", "--connections", "10000"]
-        );
+        // Only what was given: the driver owns the defaults.
+        assert_eq!(line(&["bench", "gateway"]), ["gateway"]);
         assert_eq!(
             line(&["bench", "retry", "--keys", "1000"]),
-            [
+            ["retry", "--keys", "1000"]
+        );
+        assert_eq!(line(&["bench", "retry"]), ["retry"]);
+        assert_eq!(
+            line(&[
+                "bench",
                 "retry",
                 "--warm-up-secs",
-                "1",
+                "2",
                 "--measurement-secs",
-                "3",
-                "--keys",
-                "1000"
-            ]
+                "5"
+            ]),
+            ["retry", "--warm-up-secs", "2", "--measurement-secs", "5"]
         );
         assert_eq!(
             line(&["bench", "forward", "--quick"]),
@@ -212,6 +221,6 @@ mod tests {
     fn the_gateway_suite_refuses_zero_connections() {
         assert!(Cli::try_parse_from(["bench", "gateway", "--connections", "0"]).is_err());
         let cli = Cli::try_parse_from(["bench", "gateway", "--connections", "2"]).unwrap();
-        assert_eq!(cli.args.connections, 2);
+        assert_eq!(cli.args.connections, Some(2));
     }
 }

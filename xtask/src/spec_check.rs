@@ -56,7 +56,7 @@ pub struct Args {
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
-pub(crate) const USAGE_ERROR: u8 = 2;
+pub(crate) const USAGE_ERROR: u8 = holdfast_harness::exit::USAGE_ERROR;
 
 /// Runs the gate: exit 0 when every rule is implemented and verified and every reference is sound,
 /// 1 (with the list of problems) otherwise, 2 when it could not judge (no such root, unusable

@@ -292,7 +292,7 @@ fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory
         (&["tracey-parity", "--help"], "-p spec-parity -- --help"),
         (
             &["bench", "retry", "--keys", "10"],
-            "-p holdfast-bench -- retry --warm-up-secs 1 --measurement-secs 3 --keys 10",
+            "-p holdfast-bench -- retry --keys 10",
         ),
     ] {
         let (code, called) = with_stand_in_cargo(&sub, args, 0);
@@ -321,7 +321,7 @@ fn the_split_crates_modules_import_one_way() {
         ),
         ("xtask/parity/src", &["error", "locate", "workdir", "query"]),
         ("xtask/dist/src", &["package", "prebuilt", "error", "steps"]),
-        ("xtask/command/src", &["output", "root"]),
+        ("xtask/command/src", &["exit", "output", "root"]),
     ];
     for (dir, order) in crates {
         for (at, module) in order.iter().enumerate() {

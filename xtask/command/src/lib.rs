@@ -3,7 +3,8 @@
 //! [`root`] finds the tree a command works on (`--root DIR`, else the cargo workspace above the
 //! current directory), its target directory, the banner naming it, and the cargo a command that
 //! itself runs under `cargo run` builds with. [`output`] prints a report without a panic when the
-//! reader has gone away. The two do not import each other.
+//! reader has gone away. [`exit`] names the code of a run that judged nothing. None imports
+//! another.
 //!
 //! It depends on nothing, so the drivers that start no service (holdfast-dist, spec-parity)
 //! build only it beside their own code; holdfast-harness re-exports both modules for the drivers
@@ -11,6 +12,7 @@
 //!
 //! The README has an example that finds a workspace and names it (a doctest).
 
+pub mod exit;
 pub mod output;
 pub mod root;
 

@@ -29,7 +29,7 @@ pub mod registry;
 pub mod stand_in;
 
 // Every command's common ground, from the leaf crate the drivers that start no service use alone.
-pub use holdfast_command::{output, root};
+pub use holdfast_command::{exit, output, root};
 
 #[cfg(test)]
 mod testing;

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
-
-/// Exit code of a run that judged nothing.
-const USAGE_ERROR: u8 = 2;
+use holdfast_command::exit::USAGE_ERROR;
 
 #[derive(Parser)]
 #[command(
