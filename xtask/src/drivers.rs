@@ -1,7 +1,8 @@
-//! The drivers that live in crates of their own (`xtask/drivers/`): the drain demo and the
-//! gateway's and forward's benchmark drivers. Each is a binary outside the workspace's
-//! `default-members`, with the heavy dependencies xtask itself does without (holdfast-gateway,
-//! tokio-tungstenite, plotters); the commands here build and run it with `cargo run -p`, the way
+//! The drivers that live in crates of their own: the drain demo and the retry, gateway and forward
+//! benchmark drivers (`xtask/drivers/`), the .deb build (`xtask/dist`) and the parity with a real
+//! tracey (`xtask/parity`). Each is a binary outside the workspace's `default-members`, with the
+//! dependencies xtask itself does without (holdfast-gateway, tokio-tungstenite, plotters, and
+//! whatever the gate does not need); the commands here build and run it with `cargo run -p`, the way
 //! `attack` runs crates/attack's binary. xtask replaces itself with that cargo (exec), and cargo
 //! runs the driver the same way, so the driver's exit status is the command's and a Ctrl-C reaches
 //! the driver alone, which cleans up before it exits.
@@ -27,7 +28,7 @@ pub fn command(workspace: &Path, package: &str, args: &[OsString]) -> Command {
     command
 }
 
-// i[impl xtask.layout]
+// i[impl xtask.layout+2]
 /// Runs the driver `package` with `args` for the checkout above the current directory, in place
 /// of this process; returns only when cargo could not be started.
 pub fn run(package: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {

@@ -4,22 +4,27 @@
 //!   reference, no reference is stale or unknown, and (given test results) every rule is verified by
 //!   a test that ran and passed.
 //! - `tracey-parity` — the gate's counts beside a real tracey 1.3.0's, on spec-engine's workspace
-//!   shapes and this tree (`docs/audit/tracey-parity.md`).
+//!   shapes and this tree (`docs/audit/tracey-parity.md`); spec-parity (`xtask/parity`) runs it.
 //! - `test` — starts the real services the suites need (dockerd, a registry, pebble, etcd, redis),
 //!   runs the workspace's tests against them, stops them, and ends with the test-backed spec-check.
 //! - `bench` — runs the criterion benches and writes their summaries under `target/bench/`.
 //! - `trace` — walks an audit finding (or one rule) to its rules, their code, their tests and the
 //!   tests' results.
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
-//! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions.
+//! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions;
+//!   holdfast-dist (`xtask/dist`) builds it.
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
 //!
 //! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
-//! (`xtask/engine`); `prove` plans from the tree it reads. The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
-//! `xtask/drivers/` (run with `cargo run -p`, see `drivers`); the real services and processes that
-//! the test runner and the drain demo both start are holdfast-harness (`xtask/harness/`); `test`
-//! is a command line over holdfast-test-runner (`xtask/runner/`).
+//! (`xtask/engine`), and `spec-check --base` over spec-git (`xtask/git`), which reads a git
+//! revision's tree; `prove` plans from the tree it reads. The drivers are crates of their own,
+//! run the same way (`cargo run -p`, see `drivers`): the drain demo and the retry suite's, the
+//! gateway's and forward's benchmark drivers under `xtask/drivers/`, holdfast-dist (`xtask/dist/`)
+//! and spec-parity (`xtask/parity/`). The real services and processes that the test runner and
+//! the drain demo both start are holdfast-harness (`xtask/harness/`), over holdfast-command
+//! (`xtask/command/`: the root, cargo and printing every command shares); `test` is a command line
+//! over holdfast-test-runner (`xtask/runner/`).
 
 mod attack;
 mod bench;
@@ -33,6 +38,7 @@ mod read_cache;
 mod spec_check;
 mod spec_report;
 mod trace;
+mod tracey_parity;
 
 // Finding the root, printing, and the tests' stand-ins are shared with the drivers.
 #[cfg(test)]
@@ -55,7 +61,8 @@ enum Command {
     /// Check that every spec rule is implemented, verified, and referenced correctly.
     SpecCheck(spec_check::Args),
     /// Compare the gate's counts with a real tracey 1.3.0's on the workspace shapes and this tree.
-    TraceyParity(spec_check::ParityArgs),
+    #[command(disable_help_flag = true)]
+    TraceyParity(tracey_parity::Args),
     /// Start the real services, run the workspace's tests against them, then the test-backed spec-check.
     Test(harness::Args),
     /// Run benchmarks and write their summaries to target/bench/.
@@ -72,6 +79,7 @@ enum Command {
     /// Bounded floods from loopback against a real node, judged by docs/security.md (target/attack/).
     Attack(attack::Args),
     /// Build the node's packages (`dist deb`: a .deb with the unit, man pages and completions).
+    #[command(disable_help_flag = true)]
     Dist(dist::Args),
 }
 
@@ -80,7 +88,7 @@ fn main() -> ExitCode {
     read_cache::enable();
     let outcome = match cli.command {
         Command::SpecCheck(args) => spec_check::run(args),
-        Command::TraceyParity(args) => spec_check::parity(args),
+        Command::TraceyParity(args) => tracey_parity::run(args),
         Command::Test(args) => harness::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Trace(args) => trace::run(args),

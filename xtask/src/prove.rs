@@ -1,6 +1,8 @@
 //! `cargo xtask prove`: the command line over spec-prove (`xtask/prove`), which plans each rule's
-//! mutation run from the engine's tree and runs cargo-mutants.
+//! mutation run from the engine's tree and runs cargo-mutants; a revision's tree
+//! (`--changed-since`) is read by spec-git.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 /// Arguments of `cargo xtask prove`.
@@ -52,7 +54,7 @@ impl From<Args> for spec_prove::Options {
             rules: args.rules,
             package: args.package,
             changed_since: args.changed_since,
-            tree_at: Some(crate::spec_check::changed_since_tree),
+            tree_at: Some(changed_since_tree),
             stale: args.stale,
             root: args.root,
             list: args.list,
@@ -63,6 +65,15 @@ impl From<Args> for spec_prove::Options {
             budget: args.budget,
         }
     }
+}
+
+/// The files of the revision `rev` of the workspace at `root`, read as `spec-check --base` reads
+/// them (spec-git): what `--changed-since REV` compares the tree with.
+// i[impl prove.changed+2]
+fn changed_since_tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
+    spec_git::read(root, rev)
+        .map(spec_git::Revision::into_memory)
+        .map_err(|error| format!("--changed-since {error}"))
 }
 
 /// Runs the command.

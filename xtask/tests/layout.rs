@@ -80,7 +80,7 @@ fn builds(metadata: &Value, package: &str) -> BTreeSet<String> {
     seen.into_iter().map(|id| name_of[id].to_owned()).collect()
 }
 
-// i[verify xtask.layout]
+// i[verify xtask.layout+2]
 #[test]
 fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     let metadata = metadata();
@@ -91,6 +91,8 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
         "plotters",
         "holdfast-drain-demo",
         "holdfast-bench",
+        "holdfast-dist",
+        "spec-parity",
     ] {
         assert!(
             !xtask.contains(driver_only),
@@ -121,11 +123,18 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     };
     let members = names("workspace_members");
     let defaults = names("workspace_default_members");
-    for driver in ["holdfast-drain-demo", "holdfast-bench"] {
+    for driver in [
+        "holdfast-drain-demo",
+        "holdfast-bench",
+        "holdfast-dist",
+        "spec-parity",
+    ] {
         assert!(members.contains(driver), "{driver} is a workspace member");
         assert!(!defaults.contains(driver), "{driver} is a default member");
     }
     assert!(defaults.contains("xtask") && defaults.contains("holdfast-harness"));
+    // What the gate needs is built by it: spec-git reads `--base`'s revision.
+    assert!(defaults.contains("spec-git") && xtask.contains("spec-git"));
 }
 
 // i[verify xtask.layout.engine]
@@ -157,6 +166,15 @@ fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
             "spec-prove builds {forbidden}: {prove:?}"
         );
     }
+    // spec-git reads a git revision for the engine, below the command line.
+    let git = builds(&metadata, "spec-git");
+    assert!(git.contains("spec-engine"));
+    for forbidden in ["clap", "anyhow", "tokio", "xtask"] {
+        assert!(
+            !git.contains(forbidden),
+            "spec-git builds {forbidden}: {git:?}"
+        );
+    }
 }
 
 // i[verify harness.layout]
@@ -181,6 +199,31 @@ fn the_test_runner_judges_through_the_engine_and_the_shared_harness_builds_no_en
             "{shared} builds spec-engine"
         );
     }
+}
+
+/// The drivers that start no service (the .deb build, the tracey parity) build the commands'
+/// common ground alone, not the harness: `cargo run -p holdfast-dist` in CI's `dist deb` step
+/// after `cargo xtask` compiles no tokio, nix or retry crate, nor features re-unified for them.
+#[test]
+fn the_drivers_that_start_no_service_build_none_of_the_harness() {
+    let metadata = metadata();
+    for driver in ["holdfast-dist", "spec-parity"] {
+        let built = builds(&metadata, driver);
+        assert!(built.contains("holdfast-command"), "{driver}: {built:?}");
+        for forbidden in [
+            "holdfast-harness",
+            "holdfast-test-support",
+            "holdfast-retry",
+            "tokio",
+            "nix",
+        ] {
+            assert!(
+                !built.contains(forbidden),
+                "{driver} builds {forbidden}: {built:?}"
+            );
+        }
+    }
+    assert!(builds(&metadata, "holdfast-command").is_empty());
 }
 
 /// Runs `cargo xtask ARGS` (the built binary) in `dir` with a stand-in cargo that records its
@@ -209,7 +252,7 @@ fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Opti
     (status.code(), called)
 }
 
-// i[verify xtask.layout]
+// i[verify xtask.layout+2]
 #[test]
 fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -234,4 +277,67 @@ fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory
     let (code, called) = with_stand_in_cargo(&sub, &["bench", "gateway", "--connections", "10"], 2);
     assert_eq!(code, Some(2), "{called}");
     assert!(called.contains("-p holdfast-bench -- gateway"), "{called}");
+    // The package, the parity with tracey and the retry benches: each driver gets the command's
+    // arguments as given, `--help` included.
+    for (args, driver) in [
+        (
+            &["dist", "deb", "--debug", "--no-build"][..],
+            "-p holdfast-dist -- deb --debug --no-build",
+        ),
+        (&["dist", "deb", "--help"], "-p holdfast-dist -- deb --help"),
+        (
+            &["tracey-parity", "--out", "p.md"],
+            "-p spec-parity -- --out p.md",
+        ),
+        (&["tracey-parity", "--help"], "-p spec-parity -- --help"),
+        (
+            &["bench", "retry", "--keys", "10"],
+            "-p holdfast-bench -- retry --keys 10",
+        ),
+    ] {
+        let (code, called) = with_stand_in_cargo(&sub, args, 0);
+        assert_eq!(code, Some(0), "{called}");
+        assert!(
+            called.ends_with(&format!("{driver}\n")),
+            "{args:?}: {called}"
+        );
+    }
+}
+
+/// The crates split out of xtask import their modules one way: a module names (`crate::m`) only
+/// the modules listed before it, never one after it nor the crate's root, so none imports a
+/// module that imports it back.
+#[test]
+fn the_split_crates_modules_import_one_way() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace");
+    let crates: [(&str, &[&str]); 4] = [
+        (
+            "xtask/git/src",
+            &[
+                "git", "listing", "ignored", "revision", "review", "fixture", "tests",
+            ],
+        ),
+        ("xtask/parity/src", &["error", "locate", "workdir", "query"]),
+        ("xtask/dist/src", &["package", "prebuilt", "error", "steps"]),
+        ("xtask/command/src", &["exit", "output", "root"]),
+    ];
+    for (dir, order) in crates {
+        for (at, module) in order.iter().enumerate() {
+            let path = root.join(dir).join(format!("{module}.rs"));
+            let text = std::fs::read_to_string(&path).expect("the module's file");
+            for (offset, _) in text.match_indices("crate::") {
+                let named: String = text[offset + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    order[..at].contains(&named.as_str()),
+                    "{}: names crate::{named}, not a module listed before `{module}` in {order:?}",
+                    path.display()
+                );
+            }
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //! build none of the spec engine the runner judges a run with.
 //!
 //! Layout: [`root`] (which checkout a command works on, and the cargo a command runs) and
-//! [`output`] (printing without a panic on a closed pipe) are the commands' common ground;
+//! [`output`] (printing without a panic on a closed pipe) are the commands' common ground,
+//! re-exported from holdfast-command (`xtask/command`), which holdfast-dist and spec-parity use alone;
 //! [`packages`] (what is needed and from which Debian package), [`layout`] (directories and
 //! ports), [`process`] (supervision: process groups, stopping, sweeping leftovers) and [`probe`]
 //! (readiness) are the machinery, with [`limits`] (the descriptor limit a large run needs); [`docker`],
@@ -19,14 +20,16 @@ pub mod etcd;
 pub mod knot;
 pub mod layout;
 pub mod limits;
-pub mod output;
 pub mod packages;
 pub mod pebble;
 pub mod probe;
 pub mod process;
 pub mod redis;
 pub mod registry;
-pub mod root;
 pub mod stand_in;
+
+// Every command's common ground, from the leaf crate the drivers that start no service use alone.
+pub use holdfast_command::{exit, output, root};
+
 #[cfg(test)]
 mod testing;

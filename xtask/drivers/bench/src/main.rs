@@ -1,14 +1,17 @@
-//! holdfast-bench: the gateway's and the forward's benchmark drivers, run by
+//! holdfast-bench: the retry, gateway and forward benchmark drivers, run by
+//! `cargo xtask bench retry [--warm-up-secs S] [--measurement-secs S] [--keys N]`,
 //! `cargo xtask bench gateway [--connections N]` and `cargo xtask bench forward [--quick] [--iperf] [--profile]`.
 //!
-//! Each builds its crate's bench binary in release with cargo (`bench_gateway`: holdfast-gateway's
-//! `gateway_bench` example; `bench_forward`: holdfast-forward's `relay` bench), runs it, turns its
+//! Each builds its crate's bench binaries with cargo (`bench_retry`: holdfast-retry's `gate`,
+//! `memory` and `herd` benches; `bench_gateway`: holdfast-gateway's `gateway_bench` example in
+//! release; `bench_forward`: holdfast-forward's `relay` bench), runs them, turns its
 //! raw `RESULT` line into a summary with the targets and whether this run met them, writes
 //! it under `target/bench/` and prints a table. They are a crate of their own, outside the
 //! workspace's `default-members`, so that xtask (the spec gate) builds none of this.
 
 mod bench_forward;
 mod bench_gateway;
+mod bench_retry;
 mod iperf;
 
 use std::process::{Command, ExitCode};
@@ -19,7 +22,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "holdfast-bench",
     bin_name = "cargo xtask bench",
-    about = "The gateway's and forward's benchmark drivers (cargo xtask bench gateway|forward)"
+    about = "The retry, gateway and forward benchmark drivers (cargo xtask bench retry|gateway|forward)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +31,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Suite {
+    /// holdfast-retry: keyed gate vs governor, memory per key, herd simulation.
+    Retry(bench_retry::Args),
     /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
     Gateway {
         /// Clients per fleet (at least one: the figures are per connection).
@@ -66,6 +71,12 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
         .map_err(|message| anyhow::anyhow!("bench: {message}"))?;
     holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
     match suite {
+        Suite::Retry(args) => bench_retry::run(
+            &cargo,
+            &root,
+            &holdfast_harness::root::target_dir(&root),
+            &args,
+        ),
         Suite::Gateway { connections } => bench_gateway::run(
             cargo(),
             &root,
