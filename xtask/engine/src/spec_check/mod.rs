@@ -27,6 +27,7 @@
 //! compares them) and [`fingerprint`] (recorded proofs judged stale by those hashes).
 
 mod block_on;
+mod comment_refs;
 pub mod config;
 pub mod coverage;
 pub mod crate_layout;
@@ -47,6 +48,7 @@ pub mod report;
 pub mod rule_text;
 pub mod rules;
 pub mod rust_layout;
+pub mod rust_read;
 pub mod skips;
 pub mod sources;
 pub mod suggest;

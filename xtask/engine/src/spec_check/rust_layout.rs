@@ -87,14 +87,20 @@ pub struct TestScope {
 }
 
 impl RustLayout {
-    /// Parses `content` (the file at `path`).
+    /// Parses `content` (the file at `path`) with tracey-core's own code-unit parse.
     pub fn parse(path: &Path, content: &str) -> Self {
+        Self::from_units(content, code_units::extract_rust(path, content).units)
+    }
+
+    /// The layout of `content` from its code units, as tracey-core's code-unit parse gives them
+    /// (or [`super::rust_read`]'s one parse).
+    pub fn from_units(content: &str, units: Vec<code_units::CodeUnit>) -> Self {
         let lines: Vec<String> = content.lines().map(str::to_owned).collect();
         let mut layout = RustLayout {
             lines,
             ..RustLayout::default()
         };
-        for unit in code_units::extract_rust(path, content).units {
+        for unit in units {
             let Some(name) = unit.name.clone() else {
                 continue;
             };
