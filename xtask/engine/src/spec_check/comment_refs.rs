@@ -95,10 +95,7 @@ impl<'a> CommentRefs<'a> {
             return false;
         }
         // Whatever this comment is, the directive applied to it alone.
-        match self.ignore_after.take() {
-            Some(previous) if line == previous.saturating_add(1) => false,
-            _ => true,
-        }
+        !matches!(self.ignore_after.take(), Some(previous) if line == previous.saturating_add(1))
     }
 
     /// The references found, in the order their comments were fed.
