@@ -1,7 +1,8 @@
 //! What the gate needs to know about a Rust file beyond its annotations: which lines are
 //! `#[cfg(test)]` code, which inline modules enclose a line, and which function a `verify`
-//! annotation belongs to. Items come from tracey-core's tree-sitter code units (the same parse
-//! tracey uses); attributes are read from the lines each unit starts with.
+//! annotation belongs to. Items are tracey-core's tree-sitter code units (read by
+//! [`super::rust_read`] from the parse that also gives the references); attributes are read from
+//! the lines each unit starts with.
 
 use std::path::Path;
 

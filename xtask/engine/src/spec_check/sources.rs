@@ -1,5 +1,6 @@
-//! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
-//! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
+//! Scans an impl's sources for references as tracey-core's lexer finds them (tree-sitter, comments
+//! only — the extraction tracey 1.3.0 itself runs; a Rust file's from the one parse that also gives
+//! its code units, [`super::rust_read`]), over the same files tracey scans: `include` plus
 //! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
 //! on a thread pool with deep stacks (the results are kept in path order), or not at all when the
 //! read cache holds what an earlier run found in the same bytes ([`super::read_cache`]).
