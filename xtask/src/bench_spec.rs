@@ -21,16 +21,17 @@
 //! tracey-core's answers on every Rust file of the workspace and the shape fixtures) and runs
 //! pulldown-cmark only on comments that hold a `[`. Measured with this command (release, default
 //! scales), before (76aaefe) at load about 20 and after (f40f851) at load about 6–11, CPU median of
-//! three uncached runs at 1×/10×/30×: spec-check 0.33/3.01/11.25 s → 0.23/1.89/5.19 s,
-//! `trace --all` 0.27/2.77/10.57 s → 0.16/1.53/4.85 s, spec-report 0.46/3.15/12.56 s →
-//! 0.21/2.08/6.31 s. The two builds run alternately on one 30× tree (same load, `HOLDFAST_SPEC_CACHE=off
+//! three uncached runs at 1×/10×/30×: spec-check 0.33/3.01/11.25 s → 0.23/1.89/5.19 s, `trace
+//! --all` 0.27/2.77/10.57 s → 0.16/1.53/4.85 s, spec-report 0.46/3.15/12.56 s → 0.21/2.08/6.31 s.
+//! The two builds run alternately on one 30× tree (same load, `HOLDFAST_SPEC_CACHE=off
 //! /usr/bin/time xtask COMMAND --root TREE`): `trace --all` 6.86 and 7.76 s → 4.23 and 4.19 s of
-//! CPU, spec-check 7.87 → 4.54 s, spec-report 8.95 → 6.38 s, outputs identical. The target (1 s at 10×) is still MISSED on this loaded machine: after the
-//! change, `perf` over one uncached `trace --all` on the 30× tree puts about half its CPU in
-//! tree-sitter's one parse and the rest spread over path-keyed map lookups (`compare_components`),
-//! line splitting and allocation, not yet cut. Warm on the read cache the same commands took 0.59, 0.56 and 1.13 s of CPU at 10× (after).
-//! Source files hold about four annotations each; a cost that grows faster than linearly in one file's annotations is not exercised (the workspace's densest file
-//! has 65).
+//! CPU, spec-check 7.87 → 4.54 s, spec-report 8.95 → 6.38 s, outputs identical. The target (1 s at
+//! 10×) is still MISSED on this loaded machine: after the change, `perf` over one uncached `trace
+//! --all` on the 30× tree puts about half its CPU in tree-sitter's one parse and the rest spread
+//! over path-keyed map lookups (`compare_components`), line splitting and allocation, not yet cut.
+//! Warm on the read cache the same commands took 0.59, 0.56 and 1.13 s of CPU at 10× (after).
+//! Source files hold about four annotations each; a cost that grows faster than linearly in one
+//! file's annotations is not exercised (the workspace's densest file has 65).
 //!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
