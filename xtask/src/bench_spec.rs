@@ -10,19 +10,28 @@
 //! marq counts lines from the top of the file for each rule, quadratic in one spec file's size,
 //! so the 10× tree is also timed with every rule in one file, to keep that cost in sight. Each
 //! command's CPU time is reported beside its wall time: on a shared machine the wall clock also
-//! counts the wait for a core, so the CPU time is less sensitive to load. Without the read cache
-//! the target at 10× is still MISSED (release, load about 12 on 2 cores): CPU 1.70 s for
-//! spec-check, 1.69 s for `trace --all` and 1.94 s for spec-report, about three quarters
-//! tree-sitter (tracey-core parses each source file twice, for references and for code units),
-//! which the engine runs on a thread pool; warm on the read cache the same commands took 0.33 s,
-//! 0.35 s and 0.50 s of CPU, and a cold run about a quarter more than one without the cache.
-//! `perf` over one uncached `trace --all` on the 10× tree puts 84 % of its CPU in reading the
-//! source files, 45 % in tracey-core's code-unit parse and 38 % in its reference parse (each its
-//! own tree-sitter parse; the walks that would share one tree are private to tracey-core), so the
-//! CPU time stays near 1.7 s at 10× until one parse serves both; on one parse thread the same run
-//! costs the same CPU (1.75 s against 1.69 s), so the pool buys wall time only where a core is free.
-//! Source files hold about four annotations each; a cost that grows faster than linearly in one file's annotations is not exercised (the workspace's densest file
-//! has 65).
+//! counts the wait for a core, so the CPU time is less sensitive to load, though not immune: on
+//! this shared 2-core machine the same binary's CPU time at 10× has ranged from 1.7 s (load about
+//! 12) to 3.0 s (load about 20).
+//!
+//! Where the time goes. `perf` over one uncached `trace --all` on the 10× tree put 84 % of its CPU
+//! in reading the source files: 45 % in tracey-core's code-unit parse and 38 % in its reference
+//! parse, each its own tree-sitter parse of the file (tracey-core offers the two only as separate
+//! calls). The engine now parses a Rust file once for both (`spec_check::rust_read`, held to
+//! tracey-core's answers on every Rust file of the workspace and the shape fixtures) and runs
+//! pulldown-cmark only on comments that hold a `[`. Measured with this command (release, default
+//! scales), before (76aaefe) at load about 20 and after (f40f851) at load about 6–11, CPU median of
+//! three uncached runs at 1×/10×/30×: spec-check 0.33/3.01/11.25 s → 0.23/1.89/5.19 s, `trace
+//! --all` 0.27/2.77/10.57 s → 0.16/1.53/4.85 s, spec-report 0.46/3.15/12.56 s → 0.21/2.08/6.31 s.
+//! The two builds run alternately on one 30× tree (same load, `HOLDFAST_SPEC_CACHE=off
+//! /usr/bin/time xtask COMMAND --root TREE`): `trace --all` 6.86 and 7.76 s → 4.23 and 4.19 s of
+//! CPU, spec-check 7.87 → 4.54 s, spec-report 8.95 → 6.38 s, outputs identical. The target (1 s at
+//! 10×) is still MISSED on this loaded machine: after the change, `perf` over one uncached `trace
+//! --all` on the 30× tree puts about half its CPU in tree-sitter's one parse and the rest spread
+//! over path-keyed map lookups (`compare_components`), line splitting and allocation, not yet cut.
+//! Warm on the read cache the same commands took 0.59, 0.56 and 1.13 s of CPU at 10× (after).
+//! Source files hold about four annotations each; a cost that grows faster than linearly in one
+//! file's annotations is not exercised (the workspace's densest file has 65).
 //!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the

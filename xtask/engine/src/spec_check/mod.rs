@@ -7,7 +7,9 @@
 //! 2. [`rules`] extracts the rule definitions from each spec's markdown with marq, the crate tracey
 //!    1.3.0 renders specs with.
 //! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
-//!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables);
+//!    references as tracey-core's tree-sitter lexer does (the `reverse` feature tracey itself
+//!    enables): a Rust file's from one parse that also gives its code units ([`rust_read`]), another
+//!    language's with tracey-core's own call;
 //!    [`read_cache`] keeps what a file's bytes gave, so an unchanged file is not parsed again.
 //! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code, which
 //!    test function a `verify` annotation precedes (its test attribute may sit above the
@@ -27,6 +29,7 @@
 //! compares them) and [`fingerprint`] (recorded proofs judged stale by those hashes).
 
 mod block_on;
+mod comment_refs;
 pub mod config;
 pub mod coverage;
 pub mod crate_layout;
@@ -47,6 +50,7 @@ pub mod report;
 pub mod rule_text;
 pub mod rules;
 pub mod rust_layout;
+pub mod rust_read;
 pub mod skips;
 pub mod sources;
 pub mod suggest;

@@ -1,5 +1,5 @@
 //! A content-addressed cache of what reading one source file found: its references and, for a
-//! Rust file, its layout. Parsing (tree-sitter, twice per Rust file) is most of a run's time, and
+//! Rust file, its layout. Parsing (tree-sitter) is most of a run's time, and
 //! most files are the same from one run to the next: an entry is keyed by the engine binary that
 //! wrote it, the file's extension (the only part of its path tracey-core's parse looks at) and
 //! the file's bytes, so a changed file, or a rebuilt engine, is a miss and is parsed again. The

@@ -1,7 +1,8 @@
 //! What the gate needs to know about a Rust file beyond its annotations: which lines are
 //! `#[cfg(test)]` code, which inline modules enclose a line, and which function a `verify`
-//! annotation belongs to. Items come from tracey-core's tree-sitter code units (the same parse
-//! tracey uses); attributes are read from the lines each unit starts with.
+//! annotation belongs to. Items are tracey-core's tree-sitter code units (read by
+//! [`super::rust_read`] from the parse that also gives the references); attributes are read from
+//! the lines each unit starts with.
 
 use std::path::Path;
 
@@ -87,14 +88,20 @@ pub struct TestScope {
 }
 
 impl RustLayout {
-    /// Parses `content` (the file at `path`).
+    /// Parses `content` (the file at `path`) with tracey-core's own code-unit parse.
     pub fn parse(path: &Path, content: &str) -> Self {
+        Self::from_units(content, code_units::extract_rust(path, content).units)
+    }
+
+    /// The layout of `content` from its code units, as tracey-core's code-unit parse gives them
+    /// (or [`super::rust_read`]'s one parse).
+    pub fn from_units(content: &str, units: Vec<code_units::CodeUnit>) -> Self {
         let lines: Vec<String> = content.lines().map(str::to_owned).collect();
         let mut layout = RustLayout {
             lines,
             ..RustLayout::default()
         };
-        for unit in code_units::extract_rust(path, content).units {
+        for unit in units {
             let Some(name) = unit.name.clone() else {
                 continue;
             };

@@ -1,5 +1,6 @@
-//! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
-//! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
+//! Scans an impl's sources for references as tracey-core's lexer finds them (tree-sitter, comments
+//! only — the extraction tracey 1.3.0 itself runs; a Rust file's from the one parse that also gives
+//! its code units, [`super::rust_read`]), over the same files tracey scans: `include` plus
 //! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
 //! on a thread pool with deep stacks (the results are kept in path order), or not at all when the
 //! read cache holds what an earlier run found in the same bytes ([`super::read_cache`]).
@@ -13,6 +14,7 @@ use tracey_core::{ReqReference, Reqs, is_supported_extension};
 use super::problem::{Kind, Problem};
 use super::read_cache::{self, Read};
 use super::rust_layout::RustLayout;
+use super::rust_read;
 use super::walk::{self, Keep, TestMatcher};
 use crate::model::tree::Tree;
 
@@ -83,7 +85,7 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
             fresh.push((path, relative));
         }
     }
-    // Parsing (tree-sitter, twice per Rust file) is most of a run's time and each file's is its
+    // Parsing (tree-sitter, once per file) is most of a run's time and each file's is its
     // own: the files are parsed on a thread pool, and the results kept in path order.
     let read: Vec<(&PathBuf, Result<ParsedFile, Problem>)> =
         super::pool::map(fresh, |(path, relative)| {
@@ -133,15 +135,20 @@ fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, P
     })
 }
 
-/// What tracey-core's parses of `content` (the file at `path`) find: its references, and the
-/// layout of a Rust file.
+/// What reading `content` (the file at `path`) finds: its references, and the layout of a Rust
+/// file. A Rust file is parsed once for both ([`rust_read`]); another language's references come
+/// from tracey-core's own parse.
 pub(crate) fn read_file(path: &Path, content: &str) -> Read {
+    if path.extension().is_some_and(|e| e == "rs") {
+        let read = rust_read::read(path, content);
+        return Read {
+            refs: read.refs,
+            layout: Some(RustLayout::from_units(content, read.units)),
+        };
+    }
     Read {
         refs: Reqs::extract_from_content(path, content).references,
-        layout: path
-            .extension()
-            .is_some_and(|e| e == "rs")
-            .then(|| RustLayout::parse(path, content)),
+        layout: None,
     }
 }
 
