@@ -155,6 +155,8 @@ fn edge_cases_read_as_tracey_reads_them() {
         "fn s() { let _ = \"// r[impl in.string]\"; }\r\n// r[impl after.crlf]\r\n// r[impl crlf.two]\r\nfn ( {\n",
         // Unicode before a reference, and one in a non-ASCII comment.
         "// é r[impl after.accent] ü\n/// ß `x` r[verify uni.code]\nfn u() {}\n",
+        // Comments whose only references have a prefix other than `r`.
+        "// i[impl only.other]\nfn o() {}\n/* h2[verify x.y] */\nfn p() {}\n",
     ];
     let mut found = 0;
     let mut problems = Vec::new();

@@ -9,8 +9,8 @@
 //! does not end in `.`. Characters inside markdown code (inline spans, fenced blocks) are read
 //! through, both within the comment's own text and within a group of consecutive `//`, `///` or
 //! `//!` lines of the file read as one markdown text. Every reference in a comment carries the
-//! comment's first line. The test in [`super::rust_read`] holds this to tracey-core's answer on
-//! every Rust file of the workspace and of the fixture trees.
+//! comment's first line. The engine's test `tests/rust_read.rs` holds this to tracey-core's
+//! answer on every Rust file of the workspace and of the fixture trees.
 //!
 //! Markdown is parsed only where it can matter: a comment, or a group of comment lines, without a
 //! `[` holds no reference whatever its code spans are.
