@@ -1,5 +1,5 @@
 //! Whether a touched rule's recorded proof still matches the head: the gate's fingerprint
-//! comparison ([`fingerprint::freshness`]) on the head's recorded proof, so the review and the
+//! judgement ([`fingerprint::judged`]) of the head's recorded proof, so the review and the
 //! gate's note never disagree. Shown, never judged.
 
 use serde::Serialize;
@@ -34,9 +34,8 @@ impl ProofState {
         match self {
             ProofState::Fresh => "proof fresh".to_owned(),
             ProofState::Stale { note, .. } => note.clone(),
-            ProofState::Unfingerprinted => {
-                "proof unfingerprinted (recorded before fingerprints)".to_owned()
-            }
+            // Recorded before fingerprints, or with a malformed cell (the gate's note says which).
+            ProofState::Unfingerprinted => "proof unfingerprinted".to_owned(),
             ProofState::NoneRecorded => "no proof recorded".to_owned(),
         }
     }
@@ -46,10 +45,10 @@ impl ProofState {
 /// `target/prove/`, else the proof summary).
 // i[impl spec-check.review.items+2]
 pub fn of(head: Side<'_>, rule: &Rule) -> ProofState {
-    let Some(proof) = crate::model::proof::recorded(head.source, &rule.id) else {
+    let Some((proof, freshness)) = fingerprint::judged(head.source, head.tree, rule) else {
         return ProofState::NoneRecorded;
     };
-    match fingerprint::freshness(&proof, &fingerprint::of(head.tree, rule)) {
+    match freshness {
         Freshness::Fresh => ProofState::Fresh,
         Freshness::Unfingerprinted => ProofState::Unfingerprinted,
         Freshness::Stale(changed) => ProofState::Stale {

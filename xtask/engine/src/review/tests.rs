@@ -486,10 +486,7 @@ fn each_rendering_says_a_touched_rules_proof_state() {
     );
     for (state, said) in [
         (ProofState::Fresh, "proof fresh"),
-        (
-            ProofState::Unfingerprinted,
-            "proof unfingerprinted (recorded before fingerprints)",
-        ),
+        (ProofState::Unfingerprinted, "proof unfingerprinted"),
         (ProofState::NoneRecorded, "no proof recorded"),
     ] {
         let mut review = review.clone();
