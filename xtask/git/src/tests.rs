@@ -80,7 +80,7 @@ fn with_git_a_rename_naming_its_previous_id_is_a_rename() {
     );
 }
 
-// i[verify spec-check.review.items]
+// i[verify spec-check.review.items+2]
 #[test]
 fn with_git_impl_changed_with_tests_unchanged_is_shown() {
     let dir = two_commits(REVIEW_SPEC, &REVIEW_LIB.replace("    1\n}", "    2\n}"));
@@ -268,4 +268,79 @@ fn without_git_the_error_says_git_cannot_run() {
     let err = err.to_string();
     assert!(err.contains("cannot run git"), "{err}");
     assert!(!err.contains("no such commit"), "{err}");
+}
+
+/// A proof recorded (with its fingerprint) at the base and kept by a change to the rule's
+/// implementation: the review of that change says the proof is stale, in the gate's words.
+// i[verify spec-check.review.items+2]
+#[test]
+fn with_git_an_impl_change_makes_a_recorded_proof_stale_and_the_review_says_so() {
+    use spec_engine::model::proof::Proof;
+    let base = spec_engine::Memory::new([
+        (".config/tracey/config.styx", REVIEW_CONFIG),
+        ("docs/spec.md", REVIEW_SPEC),
+        ("src/lib.rs", REVIEW_LIB),
+    ]);
+    let Ok((_, read)) = spec_engine::spec_check::read(&base) else {
+        panic!("the demo tree reads");
+    };
+    let print =
+        spec_engine::spec_check::fingerprint::of(&read, read.rule("demo.alpha").expect("alpha"));
+    let summary = spec_engine::model::proof_summary::render(&[(
+        "r[demo.alpha]".to_owned(),
+        Proof {
+            caught: 3,
+            commit: Some("3f2a1b2".into()),
+            fingerprint: Some(print),
+            ..Proof::default()
+        },
+    )]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let write = |path: &str, text: &str| {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    git(root, &["init", "--quiet"]);
+    write(".config/tracey/config.styx", REVIEW_CONFIG);
+    write("docs/spec.md", REVIEW_SPEC);
+    write("src/lib.rs", REVIEW_LIB);
+    write("docs/audit/proof.md", &summary);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "--quiet", "-m", "base, alpha proven"]);
+    write("src/lib.rs", &REVIEW_LIB.replace("    1\n}", "    2\n}"));
+    git(
+        root,
+        &[
+            "commit",
+            "--quiet",
+            "-am",
+            "alpha changed, not proven again",
+        ],
+    );
+
+    let review = review_of_last_commit(&dir);
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    assert_eq!(review.touched[0].rule, "r[demo.alpha]");
+    assert_eq!(
+        review.touched[0].proof,
+        review::ProofState::Stale {
+            changed: vec!["impl"],
+            note: "proof stale: impl changed since 3f2a1b2".to_owned(),
+        }
+    );
+    // Shown, not judged.
+    assert!(review.passes(), "{:?}", review.problems);
+    // Against itself nothing is touched; the proof, still kept, stays as the gate notes it.
+    let root = root.canonicalize().expect("root");
+    let (same, outcome) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+    assert!(same.touched.is_empty(), "{:?}", same.touched);
+    assert!(
+        outcome
+            .notes
+            .contains(&"r[demo.alpha]: proof stale: impl changed since 3f2a1b2".to_owned()),
+        "{:?}",
+        outcome.notes
+    );
 }

@@ -10,11 +10,13 @@
 //!   renamed. A kept rule whose text changed at the same version is a problem.
 //! - Each `impl`/`verify` annotation stands for the innermost item holding it ([`items`]), known
 //!   by kind and name; an item is compared by its text normalised (whitespace and comments do not
-//!   count).
+//!   count); each rule whose items changed says whether its recorded proof still matches the
+//!   head ([`proof_state`], the gate's fingerprint comparison).
 //! - Coverage counts per spec/impl row, before and after; a rule kept by the change that loses
 //!   its implementation, verification or proof is a problem.
 
 pub use crate::spec_check::items;
+pub mod proof_state;
 mod render;
 
 use crate::spec_check::levels::{Level, Measure};
@@ -30,6 +32,7 @@ use crate::spec_check::report::Outcome;
 use crate::spec_check::rules::Rule;
 
 pub use crate::spec_check::rule_text::rule_text;
+pub use proof_state::ProofState;
 pub use render::render;
 
 /// One side of the comparison: a tree, what [`crate::spec_check::read`] read of it, and what the
@@ -135,6 +138,8 @@ pub struct Touched {
     pub impl_items: Vec<String>,
     /// The verifying items likewise.
     pub verify_items: Vec<String>,
+    /// Whether its recorded proof still matches the head.
+    pub proof: ProofState,
 }
 
 /// What happened to one annotation.
@@ -446,7 +451,7 @@ fn read_site(side: Side<'_>, verb: &'static str, site: &Site) -> Seen {
     }
 }
 
-// i[impl spec-check.review.items]
+// i[impl spec-check.review.items+2]
 // i[impl spec-check.review.annotations]
 fn items_and_annotations(
     review: &mut Review,
@@ -548,6 +553,7 @@ fn items_and_annotations(
             changed: side,
             impl_items,
             verify_items,
+            proof: proof_state::of(head, read.rule),
         });
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Annotation, Changed, Counts, CoverageRow, Fate, Problem, Review};
+use super::{Annotation, Changed, Counts, CoverageRow, Fate, Problem, ProofState, Review};
 use crate::spec_check::report::{self, Format, Outcome};
 
 /// Renders `review` beside the gate's `outcome` on the head, in `format`.
@@ -32,6 +32,14 @@ fn changed(c: Changed) -> &'static str {
         Changed::ImplOnly => "implementation only — its tests did not change",
         Changed::VerifyOnly => "tests only",
         Changed::Both => "implementation and tests",
+    }
+}
+
+/// A touched rule's proof state in the comment: stale in bold, the reviewer's cue.
+fn proof_cell(proof: &ProofState) -> String {
+    match proof {
+        ProofState::Stale { .. } => format!("**{}**", proof.describe()),
+        _ => proof.describe(),
     }
 }
 
@@ -174,7 +182,7 @@ fn text(review: &Review) -> String {
         review
             .touched
             .iter()
-            .map(|t| format!("{}: {}", t.rule, changed(t.changed)))
+            .map(|t| format!("{}: {}; {}", t.rule, changed(t.changed), t.proof.describe()))
             .collect(),
     );
     list(
@@ -360,9 +368,10 @@ fn markdown_review(review: &Review, outcome: &Outcome) -> String {
                     items.push(format!("… and {more} more"));
                 }
                 format!(
-                    "`{}`: **{}** — {}",
+                    "`{}`: **{}**, {} — {}",
                     t.rule,
                     changed(t.changed),
+                    proof_cell(&t.proof),
                     items.join("; ")
                 )
             })

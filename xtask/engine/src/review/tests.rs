@@ -171,7 +171,7 @@ fn a_rule_naming_its_previous_id_is_renamed_not_added_and_removed() {
     );
 }
 
-// i[verify spec-check.review.items]
+// i[verify spec-check.review.items+2]
 #[test]
 fn impl_changed_with_tests_unchanged_is_shown_as_such() {
     let lib = LIB.replace("    1\n}", "    2\n}");
@@ -283,6 +283,230 @@ fn coverage_going_down_is_a_problem_and_counts_are_shown_before_and_after() {
     assert!(review.problems[0].message.contains("implemented"));
 }
 
+/// `id`'s fingerprint in `tree` as the gate computes it.
+fn fingerprint_in(tree: &Memory, id: &str) -> crate::model::proof::Fingerprint {
+    let Ok((_, read)) = crate::spec_check::read(tree) else {
+        panic!("read");
+    };
+    crate::spec_check::fingerprint::of(&read, read.rule(id).expect("rule"))
+}
+
+/// `tree` with a proof summary holding `proof` as `marker`'s.
+fn proved(mut tree: Memory, marker: &str, proof: crate::model::proof::Proof) -> Memory {
+    tree.insert(
+        "docs/audit/proof.md",
+        crate::model::proof_summary::render(&[(marker.to_owned(), proof)]),
+    );
+    tree
+}
+
+/// A proof of three caught mutants at `3f2a1b2`, with `fingerprint`.
+fn proof_at(fingerprint: Option<crate::model::proof::Fingerprint>) -> crate::model::proof::Proof {
+    crate::model::proof::Proof {
+        caught: 3,
+        commit: Some("3f2a1b2".into()),
+        fingerprint,
+        ..crate::model::proof::Proof::default()
+    }
+}
+
+/// The proof state the review gives `rule` among the touched rules.
+fn proof_of<'r>(review: &'r Review, rule: &str) -> &'r ProofState {
+    &review
+        .touched
+        .iter()
+        .find(|t| t.rule == rule)
+        .unwrap_or_else(|| panic!("{rule} not touched: {:?}", review.touched))
+        .proof
+}
+
+/// Each touched rule says whether its recorded proof still matches the head, by the gate's own
+/// fingerprint comparison: the gate's note and the review say the same.
+// i[verify spec-check.review.items+2]
+#[test]
+fn a_touched_rules_proof_is_fresh_stale_unfingerprinted_or_none() {
+    let base = tree(SPEC, LIB);
+    let print = fingerprint_in(&base, "demo.alpha");
+    // alpha's impl changes; the proof recorded at the base is kept as it was.
+    let lib = LIB.replace("    1\n}", "    2\n}");
+    let (review, outcome) = review_of(
+        &proved(
+            tree(SPEC, LIB),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+        &proved(
+            tree(SPEC, &lib),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+    );
+    assert_eq!(
+        proof_of(&review, "r[demo.alpha]"),
+        &ProofState::Stale {
+            changed: vec!["impl"],
+            note: "proof stale: impl changed since 3f2a1b2".to_owned(),
+        }
+    );
+    assert!(
+        outcome
+            .notes
+            .contains(&"r[demo.alpha]: proof stale: impl changed since 3f2a1b2".to_owned()),
+        "the gate says the same: {:?}",
+        outcome.notes
+    );
+    // Shown, not judged: a stale proof is no problem (and still counts as proven).
+    assert!(review.passes(), "{:?}", review.problems);
+
+    // Only alpha's test changes: the impl part still matches, the tests part does not.
+    let lib = LIB.replace("super::alpha(), 1", "super::alpha(), 1, \"one\"");
+    let (review, _) = review_of(
+        &proved(
+            tree(SPEC, LIB),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+        &proved(
+            tree(SPEC, &lib),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+    );
+    assert!(
+        matches!(proof_of(&review, "r[demo.alpha]"), ProofState::Stale { changed, .. } if changed == &["tests"]),
+        "{:?}",
+        review.touched
+    );
+
+    // Fresh: the head's proof was recorded on the head (its fingerprint matches it).
+    let lib = LIB.replace("    1\n}", "    2\n}");
+    let head_print = fingerprint_in(&tree(SPEC, &lib), "demo.alpha");
+    let (review, _) = review_of(
+        &proved(tree(SPEC, LIB), "r[demo.alpha]", proof_at(Some(print))),
+        &proved(
+            tree(SPEC, &lib),
+            "r[demo.alpha]",
+            proof_at(Some(head_print)),
+        ),
+    );
+    assert_eq!(proof_of(&review, "r[demo.alpha]"), &ProofState::Fresh);
+
+    // Unfingerprinted: recorded before fingerprints, it cannot say (never stale).
+    let (review, _) = review_of(
+        &proved(tree(SPEC, LIB), "r[demo.alpha]", proof_at(None)),
+        &proved(tree(SPEC, &lib), "r[demo.alpha]", proof_at(None)),
+    );
+    assert_eq!(
+        proof_of(&review, "r[demo.alpha]"),
+        &ProofState::Unfingerprinted
+    );
+
+    // None recorded: no summary, or a proof of another rule only.
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(
+        proof_of(&review, "r[demo.alpha]"),
+        &ProofState::NoneRecorded
+    );
+    let (review, _) = review_of(
+        &tree(SPEC, LIB),
+        &proved(tree(SPEC, &lib), "r[demo.beta]", proof_at(None)),
+    );
+    assert_eq!(
+        proof_of(&review, "r[demo.alpha]"),
+        &ProofState::NoneRecorded
+    );
+}
+
+/// A bumped rule's recorded proof is of its old version: none is recorded at the head's.
+// i[verify spec-check.review.items+2]
+#[test]
+fn a_bumped_rules_old_proof_is_no_proof_of_it() {
+    let print = fingerprint_in(&tree(SPEC, LIB), "demo.alpha");
+    let spec = SPEC.replace(
+        "r[demo.alpha]\n> Alpha holds.",
+        "r[demo.alpha+2]\n> Alpha holds, always.",
+    );
+    let lib = LIB
+        .replace("demo.alpha]", "demo.alpha+2]")
+        .replace("    1\n}", "    2\n}");
+    let (review, _) = review_of(
+        &proved(
+            tree(SPEC, LIB),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+        &proved(tree(&spec, &lib), "r[demo.alpha]", proof_at(Some(print))),
+    );
+    assert_eq!(
+        proof_of(&review, "r[demo.alpha+2]"),
+        &ProofState::NoneRecorded
+    );
+}
+
+/// The proof state in each rendering: text and Markdown say the gate's words, JSON a field.
+// i[verify spec-check.review.items+2]
+// i[verify spec-check.review.output]
+#[test]
+fn each_rendering_says_a_touched_rules_proof_state() {
+    let print = fingerprint_in(&tree(SPEC, LIB), "demo.alpha");
+    let lib = LIB.replace("    1\n}", "    2\n}");
+    let (review, outcome) = review_of(
+        &proved(
+            tree(SPEC, LIB),
+            "r[demo.alpha]",
+            proof_at(Some(print.clone())),
+        ),
+        &proved(tree(SPEC, &lib), "r[demo.alpha]", proof_at(Some(print))),
+    );
+    let text = render(&review, &outcome, Format::Text);
+    assert!(
+        text.contains(
+            "    r[demo.alpha]: implementation only — its tests did not change; proof stale: \
+             impl changed since 3f2a1b2\n"
+        ),
+        "{text}"
+    );
+    let markdown = render(&review, &outcome, Format::Markdown);
+    assert!(
+        markdown.contains(
+            "- `r[demo.alpha]`: **implementation only — its tests did not change**, **proof \
+             stale: impl changed since 3f2a1b2** — impl `src/lib.rs: fn alpha`"
+        ),
+        "{markdown}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render(&review, &outcome, Format::Json)).expect("json");
+    assert_eq!(
+        json["review"]["touched"][0]["proof"],
+        serde_json::json!({
+            "state": "stale",
+            "changed": ["impl"],
+            "note": "proof stale: impl changed since 3f2a1b2",
+        })
+    );
+    for (state, said) in [
+        (ProofState::Fresh, "proof fresh"),
+        (ProofState::Unfingerprinted, "proof unfingerprinted"),
+        (ProofState::NoneRecorded, "no proof recorded"),
+    ] {
+        let mut review = review.clone();
+        review.touched[0].proof = state.clone();
+        let text = render(&review, &outcome, Format::Text);
+        assert!(
+            text.contains(&format!("did not change; {said}\n")),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&review, &outcome, Format::Json)).expect("json");
+        let name = match state {
+            ProofState::Fresh => "fresh",
+            ProofState::Unfingerprinted => "unfingerprinted",
+            _ => "none",
+        };
+        assert_eq!(json["review"]["touched"][0]["proof"]["state"], name);
+    }
+}
+
 /// A review with something in every part, rendered.
 fn busy_review() -> (Review, Outcome) {
     let spec = "# Demo\n\n> r[demo.alpha]\n> Alpha holds, always.\n\n> r[demo.bravo]\n> Beta holds. (was demo.beta)\n\n> r[demo.gamma+2]\n> Gamma holds.\n";
@@ -295,7 +519,13 @@ fn busy_review() -> (Review, Outcome) {
         .replace("    1\n}", "    2\n}")
         .replace("demo.gamma]", "demo.gamma+2]")
         .replace("    // r[verify demo.alpha]\n", "");
-    review_of(&tree(&base_spec, &base_lib), &tree(spec, &lib))
+    // alpha's proof, recorded at the base and kept: its text, impl and tests changed since.
+    let base = tree(&base_spec, &base_lib);
+    let proof = proof_at(Some(fingerprint_in(&base, "demo.alpha")));
+    review_of(
+        &proved(base, "r[demo.alpha]", proof.clone()),
+        &proved(tree(spec, &lib), "r[demo.alpha]", proof),
+    )
 }
 
 // i[verify spec-check.review.output]
@@ -331,7 +561,7 @@ fn a_lazy_continuation_line_is_part_of_the_rule_text() {
     assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
 }
 
-// i[verify spec-check.review.items]
+// i[verify spec-check.review.items+2]
 #[test]
 fn a_changed_signature_is_a_changed_item_not_a_move() {
     let lib = LIB.replace("pub fn alpha() -> u32", "pub fn alpha() -> u64");
@@ -449,6 +679,7 @@ fn a_huge_review_still_fits_one_pull_request_comment() {
                 .map(|i| format!("src/lib.rs: fn {long}{i}"))
                 .collect(),
             verify_items: Vec::new(),
+            proof: ProofState::NoneRecorded,
         })
         .collect();
     review.problems = (0..2000)
@@ -512,7 +743,7 @@ fn a_lost_proof_or_implementation_says_why_and_what_to_do() {
     );
 }
 
-// i[verify spec-check.review.items]
+// i[verify spec-check.review.items+2]
 #[test]
 fn a_moved_annotation_counts_as_a_change_of_its_side() {
     let lib = LIB.replace("// r[impl demo.beta]\npub fn beta() {}\n", "");

@@ -143,12 +143,21 @@ pub fn stale_message(proof: &Proof, changed: &[&str]) -> String {
     format!("proof stale: {what} changed since {since}")
 }
 
-/// The recorded proof of `rule` ([`crate::model::proof::recorded`]), its `stale` set when its
-/// fingerprint no longer matches `tree`.
+/// The recorded proof of `rule` ([`crate::model::proof::recorded`]) and how its fingerprint
+/// stands against `tree`: the one judgement the gate's note and the review both show.
+// i[impl prove.fingerprint]
+pub fn judged(source: &dyn Source, tree: &Tree, rule: &Rule) -> Option<(Proof, Freshness)> {
+    let proof = crate::model::proof::recorded(source, &rule.id)?;
+    let freshness = freshness(&proof, &of(tree, rule));
+    Some((proof, freshness))
+}
+
+/// The recorded proof of `rule` ([`judged`]), its `stale` set when its fingerprint no longer
+/// matches `tree`.
 // i[impl prove.fingerprint]
 pub fn recorded(source: &dyn Source, tree: &Tree, rule: &Rule) -> Option<Proof> {
-    let mut proof = crate::model::proof::recorded(source, &rule.id)?;
-    if let Freshness::Stale(changed) = freshness(&proof, &of(tree, rule)) {
+    let (mut proof, freshness) = judged(source, tree, rule)?;
+    if let Freshness::Stale(changed) = freshness {
         proof.stale = Some(stale_message(&proof, &changed));
     }
     Some(proof)
