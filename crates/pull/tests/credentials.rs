@@ -149,7 +149,7 @@ async fn attempt_at(
     state
 }
 
-// r[verify actuate.image.credentials]
+// r[verify actuate.image.credentials+2]
 // r[verify actuate.image.credentials.refused]
 // r[verify actuate.image.credentials.secret]
 #[tokio::test]
@@ -380,7 +380,7 @@ const HELPER_CONFIG_VAR: &str = "HOLDFAST_TEST_HELPER_DOCKER_CONFIG";
 /// The image the helper test's child pulls (the test's own copy).
 const HELPER_IMAGE_VAR: &str = "HOLDFAST_TEST_HELPER_IMAGE";
 
-// r[verify actuate.image.credentials]
+// r[verify actuate.image.credentials+2]
 #[tokio::test]
 async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_gives() {
     use std::os::unix::fs::OpenOptionsExt as _;

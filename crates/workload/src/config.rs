@@ -136,6 +136,27 @@ pub(crate) mod serde_text {
     }
 }
 
+// r[impl workload.config+3]
+/// Whether `image` is a reference as Docker reads one: oci-spec's `Reference` (a port of
+/// distribution's grammar), and no uppercase letter in the repository, which the port lets
+/// through where Docker would read the first component as a registry host (holdfast-pull reads
+/// references the same way, so a reference accepted here is one it can pull).
+fn image_reference(image: &str) -> Result<(), String> {
+    use oci_spec::distribution::Reference;
+    let parsed = match Reference::try_from(image) {
+        Ok(parsed) => parsed,
+        // As distribution's `Parse` says: what would parse in lowercase has an uppercase name.
+        Err(_) if Reference::try_from(image.to_ascii_lowercase().as_str()).is_ok() => {
+            return Err("repository name must be lowercase".to_owned());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    if parsed.repository().chars().any(|c| c.is_ascii_uppercase()) {
+        return Err("repository name must be lowercase".to_owned());
+    }
+    Ok(())
+}
+
 fn default_min_run() -> Duration {
     DEFAULT_MIN_RUN
 }
@@ -208,7 +229,7 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.config+2]
+    // r[impl workload.config+3]
     /// Checks every field; the error names the first bad key.
     pub fn validate(&self) -> Result<(), WorkloadConfigError> {
         let err = |field: &str, message: String| WorkloadConfigError {
@@ -234,21 +255,10 @@ impl WorkloadConfig {
                 ),
             ));
         }
-        if self.image.trim().is_empty() || self.image.contains(char::is_whitespace) {
+        if let Err(why) = image_reference(&self.image) {
             return Err(err(
                 "image",
-                format!("{:?} is not an image reference", self.image),
-            ));
-        }
-        // A URL is not a reference: Docker refuses it, and its scheme would be read as the
-        // registry host.
-        if self.image.contains("://") {
-            return Err(err(
-                "image",
-                format!(
-                    "{:?} is not an image reference (no scheme: HOST[:PORT]/PATH[:TAG])",
-                    self.image
-                ),
+                format!("{:?} is not an image reference ({why})", self.image),
             ));
         }
         for key in self.env.keys() {
@@ -693,7 +703,7 @@ fn restart_policy(seed: u64) -> Policy {
 pub(crate) mod tests {
     use super::*;
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn a_workload_from_toml_like_serde_with_defaults_and_text_durations() {
         let w: WorkloadConfig = serde_json::from_str(
@@ -720,7 +730,7 @@ pub(crate) mod tests {
         );
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn durations_are_text_with_a_unit() {
         let parse = |text: &str| {
@@ -743,7 +753,7 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_value(&w).unwrap()["min_run"], "1500ms");
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn validation_names_the_key() {
         let key = |w: WorkloadConfig| w.validate().unwrap_err().key;
@@ -798,7 +808,7 @@ pub(crate) mod tests {
         assert_eq!(holdfast_only.spec_hash(), h);
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn the_limits_are_inclusive_and_an_image_reference_has_no_space() {
         let key = |w: &WorkloadConfig| w.validate().map_err(|e| e.key);
@@ -813,6 +823,36 @@ pub(crate) mod tests {
             key(&WorkloadConfig::new("web", "reg.example:5000/app:1")),
             Ok(())
         );
+        // What Docker's reference grammar refuses is refused here, saying why, not at the pull.
+        for image in [
+            "Nginx",
+            "Registry/app",
+            "app:",
+            "app@sha256:abc",
+            "a//b",
+            "",
+        ] {
+            assert_eq!(
+                key(&WorkloadConfig::new("web", image)),
+                bad("image"),
+                "{image}"
+            );
+        }
+        let why = WorkloadConfig::new("web", "Nginx:1")
+            .validate()
+            .unwrap_err();
+        assert!(
+            why.message.contains("repository name must be lowercase"),
+            "{why:?}"
+        );
+        for image in [
+            "busybox",
+            "org/app:1.2-rc_3",
+            "localhost/app",
+            "ghcr.io/o/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(key(&WorkloadConfig::new("web", image)), Ok(()), "{image}");
+        }
         let mut w = WorkloadConfig::new("web", "busybox");
         w.min_run = MAX_MIN_RUN;
         w.stop_timeout = MAX_STOP_TIMEOUT;
