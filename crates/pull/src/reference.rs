@@ -5,9 +5,13 @@
 //! (the crate's port predates Docker's rule that reads such a first component as a registry
 //! host, so accepting it would send the pull's credentials to the wrong registry), and the name
 //! is kept as it was written (`busybox`, not `docker.io/library/busybox`), so the daemon stores
-//! and lists the image under the name the operator wrote.
+//! and lists the image under the name the operator wrote. The crate's grammar has no bracketed
+//! IPv6 host (youki-dev/oci-spec-rs#329), so a leading `[ADDRESS]` or `[ADDRESS]:PORT` host is
+//! split off here and the rest handed to it.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::net::Ipv6Addr;
 
 use oci_spec::distribution::Reference;
 
@@ -44,10 +48,15 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
         reason,
     };
     let lowercase = || refuse("repository name must be lowercase".to_owned());
-    let parsed = match Reference::try_from(text) {
+    let (ipv6_host, readable) = match split_ipv6_host(text) {
+        Ok(Some((host, rest))) => (Some(host), Cow::Owned(rest)),
+        Ok(None) => (None, Cow::Borrowed(text)),
+        Err(reason) => return Err(refuse(reason)),
+    };
+    let parsed = match Reference::try_from(readable.as_ref()) {
         Ok(parsed) => parsed,
         // As distribution's `Parse` says: what would parse in lowercase has an uppercase name.
-        Err(_) if Reference::try_from(text.to_ascii_lowercase().as_str()).is_ok() => {
+        Err(_) if Reference::try_from(readable.to_ascii_lowercase().as_str()).is_ok() => {
             return Err(lowercase());
         }
         Err(e) => return Err(refuse(e.to_string())),
@@ -66,13 +75,48 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
     let suffix =
         written_tag.map_or(0, |t| t.len() + 1) + digest.as_ref().map_or(0, |d| d.len() + 1);
     let name = text[..text.len() - suffix].to_owned();
-    let registry = hub_alias(parsed.registry()).to_owned();
+    let registry = ipv6_host
+        .unwrap_or_else(|| hub_alias(parsed.registry()))
+        .to_owned();
     Ok(ImageReference {
         name,
         registry,
         tag: parsed.tag().map(str::to_owned),
         digest,
     })
+}
+
+/// Stands in for a bracketed IPv6 host while oci-spec reads the rest of a reference: a host its
+/// grammar reads as a registry, and one no real registry has (`.invalid` is reserved, RFC 6761).
+const IPV6_STAND_IN: &str = "ipv6.invalid";
+
+/// A leading `[ADDRESS]` or `[ADDRESS]:PORT` registry host, as distribution's grammar writes an
+/// IPv6 one (hexadecimal digits and colons, no zone): the host as written and the reference with
+/// [`IPV6_STAND_IN`] in its place; `None` for a text that does not start with `[`.
+fn split_ipv6_host(text: &str) -> Result<Option<(&str, String)>, String> {
+    let Some(after_bracket) = text.strip_prefix('[') else {
+        return Ok(None);
+    };
+    let form = "an IPv6 registry host is written [ADDRESS]/ or [ADDRESS]:PORT/";
+    let Some((address, after_address)) = after_bracket.split_once(']') else {
+        return Err(form.to_owned());
+    };
+    let in_grammar = address.chars().all(|c| c.is_ascii_hexdigit() || c == ':');
+    if !in_grammar || address.parse::<Ipv6Addr>().is_err() {
+        return Err(format!("{address:?} is not an IPv6 address"));
+    }
+    let Some((port, path)) = after_address.split_once('/') else {
+        return Err(form.to_owned());
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()));
+    if !port_ok {
+        return Err(form.to_owned());
+    }
+    let host = &text[..1 + address.len() + 1 + port.len()];
+    Ok(Some((host, format!("{IPV6_STAND_IN}{port}/{path}"))))
 }
 
 /// Docker Hub's other names are Docker Hub.
@@ -203,6 +247,29 @@ mod tests {
             pinned.pull_parameters(),
             (format!("localhost:5000/app@{DIGEST}"), String::new())
         );
+        for (text, registry, pull) in [
+            ("[::1]:5000/app", "[::1]:5000", ("[::1]:5000/app", "latest")),
+            ("[fe80::1]/app:tag", "[fe80::1]", ("[fe80::1]/app", "tag")),
+            (
+                "[2001:DB8::5]:443/example.com/app:1",
+                "[2001:DB8::5]:443",
+                ("[2001:DB8::5]:443/example.com/app", "1"),
+            ),
+        ] {
+            let parsed = parse(text).unwrap();
+            assert_eq!(parsed.registry(), registry, "{text}");
+            assert_eq!(
+                parsed.pull_parameters(),
+                (pull.0.to_owned(), pull.1.to_owned()),
+                "{text}"
+            );
+        }
+        let pinned_v6 = parse(&format!("[::1]:5000/app@{DIGEST}")).unwrap();
+        assert_eq!(pinned_v6.registry(), "[::1]:5000");
+        assert_eq!(
+            pinned_v6.pull_parameters(),
+            (format!("[::1]:5000/app@{DIGEST}"), String::new())
+        );
         let both = parse(&format!("app:1@{DIGEST}")).unwrap();
         assert!(both.is_pinned());
         assert_eq!(both.name(), "app");
@@ -225,6 +292,18 @@ mod tests {
             "app@md5:0123456789abcdef0123456789abcdef",
             "a//b",
             "/app",
+            "[::1/app",
+            "[::1]",
+            "[::1]:5000",
+            "[::1]x/app",
+            "[::1]:/app",
+            "[::1]:50a/app",
+            "[]/app",
+            "[zz::1]/app",
+            "[::ffff:1.2.3.4]/app",
+            "[fe80::1%eth0]/app",
+            "[::1]/",
+            "[::1]/App",
         ] {
             let err = parse(text).unwrap_err();
             assert_eq!(err.text, text);
@@ -272,6 +351,38 @@ mod tests {
             };
             proptest::prop_assert_eq!(parsed.registry(), expected.as_str());
             proptest::prop_assert_eq!(parsed.is_pinned(), digest.is_some());
+            let again = parse(&parsed.to_string()).unwrap();
+            proptest::prop_assert_eq!(&again, &parsed);
+        }
+
+        // r[verify actuate.image.reference]
+        #[test]
+        fn a_bracketed_ipv6_host_is_the_registry(
+            segments in proptest::prelude::any::<[u16; 8]>(),
+            port in proptest::option::of(0u16..),
+            path in "[a-z0-9]{1,8}(\\.[a-z0-9]{1,8})?(/[a-z0-9]{1,8}){0,3}",
+            tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
+        ) {
+            // The compressed form where std writes one, else all eight groups (std would write
+            // an IPv4-mapped address with dots, which distribution's grammar has not).
+            let address = Ipv6Addr::from(segments).to_string();
+            let address = if address.contains('.') {
+                segments.map(|s| format!("{s:x}")).join(":")
+            } else {
+                address
+            };
+            let host = match port {
+                Some(port) => format!("[{address}]:{port}"),
+                None => format!("[{address}]"),
+            };
+            let name = format!("{host}/{path}");
+            let text = match &tag {
+                Some(tag) => format!("{name}:{tag}"),
+                None => name.clone(),
+            };
+            let parsed = parse(&text).unwrap();
+            proptest::prop_assert_eq!(parsed.registry(), host.as_str());
+            proptest::prop_assert_eq!(parsed.name(), name.as_str());
             let again = parse(&parsed.to_string()).unwrap();
             proptest::prop_assert_eq!(&again, &parsed);
         }
