@@ -136,27 +136,6 @@ pub(crate) mod serde_text {
     }
 }
 
-// r[impl workload.config+3]
-/// Whether `image` is a reference as Docker reads one: oci-spec's `Reference` (a port of
-/// distribution's grammar), and no uppercase letter in the repository, which the port lets
-/// through where Docker would read the first component as a registry host (holdfast-pull reads
-/// references the same way, so a reference accepted here is one it can pull).
-fn image_reference(image: &str) -> Result<(), String> {
-    use oci_spec::distribution::Reference;
-    let parsed = match Reference::try_from(image) {
-        Ok(parsed) => parsed,
-        // As distribution's `Parse` says: what would parse in lowercase has an uppercase name.
-        Err(_) if Reference::try_from(image.to_ascii_lowercase().as_str()).is_ok() => {
-            return Err("repository name must be lowercase".to_owned());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    if parsed.repository().chars().any(|c| c.is_ascii_uppercase()) {
-        return Err("repository name must be lowercase".to_owned());
-    }
-    Ok(())
-}
-
 fn default_min_run() -> Duration {
     DEFAULT_MIN_RUN
 }
@@ -255,11 +234,9 @@ impl WorkloadConfig {
                 ),
             ));
         }
-        if let Err(why) = image_reference(&self.image) {
-            return Err(err(
-                "image",
-                format!("{:?} is not an image reference ({why})", self.image),
-            ));
+        // Read as the pull reads it, so a reference accepted here is one it can pull.
+        if let Err(not_a_reference) = holdfast_pull::reference::parse(&self.image) {
+            return Err(err("image", not_a_reference.to_string()));
         }
         for key in self.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
@@ -831,6 +808,7 @@ pub(crate) mod tests {
             "app@sha256:abc",
             "a//b",
             "",
+            "[::1/app",
         ] {
             assert_eq!(
                 key(&WorkloadConfig::new("web", image)),
@@ -849,6 +827,8 @@ pub(crate) mod tests {
             "busybox",
             "org/app:1.2-rc_3",
             "localhost/app",
+            "[::1]:5000/app",
+            "[fe80::1]/app:tag",
             "ghcr.io/o/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         ] {
             assert_eq!(key(&WorkloadConfig::new("web", image)), Ok(()), "{image}");
