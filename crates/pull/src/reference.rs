@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::net::Ipv6Addr;
 
-use oci_spec::distribution::Reference;
+use oci_spec::distribution::{ParseError, Reference};
 
 /// The registry an image reference without a registry host is pulled from.
 pub const DOCKER_HUB: &str = "docker.io";
@@ -48,6 +48,13 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
         reason,
     };
     let lowercase = || refuse("repository name must be lowercase".to_owned());
+    // As distribution's `ParseNormalizedNamed`: 64 hexadecimal digits alone are an image ID's
+    // form, never a repository the registry would serve.
+    if text.len() == 64 && text.bytes().all(is_lower_hex) {
+        return Err(refuse(
+            "a repository name cannot be 64 hexadecimal digits".to_owned(),
+        ));
+    }
     let (ipv6_host, readable) = match split_ipv6_host(text) {
         Ok(Some((host, rest))) => (Some(host), Cow::Owned(rest)),
         Ok(None) => (None, Cow::Borrowed(text)),
@@ -63,6 +70,15 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
     };
     if parsed.repository().chars().any(|c| c.is_ascii_uppercase()) {
         return Err(lowercase());
+    }
+    // The crate's grammar takes any hexadecimal digit; go-digest, which the daemon checks a
+    // digest with, only lowercase ones.
+    let encoded = parsed
+        .digest()
+        .and_then(|d| d.split_once(':'))
+        .map(|(_, e)| e);
+    if encoded.is_some_and(|e| !e.bytes().all(is_lower_hex)) {
+        return Err(refuse(ParseError::DigestInvalidFormat.to_string()));
     }
     let digest = parsed.digest().map(str::to_owned);
     // The crate fills in `latest` when neither was written; the written name is the text less
@@ -84,6 +100,10 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
         tag: parsed.tag().map(str::to_owned),
         digest,
     })
+}
+
+fn is_lower_hex(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'a'..=b'f')
 }
 
 /// Stands in for a bracketed IPv6 host while oci-spec reads the rest of a reference: a host its
@@ -304,6 +324,10 @@ mod tests {
             "[fe80::1%eth0]/app",
             "[::1]/",
             "[::1]/App",
+            // go-digest's hexadecimal digits are lowercase.
+            "app@sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF",
+            // An image ID's form, not a repository.
+            "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         ] {
             let err = parse(text).unwrap_err();
             assert_eq!(err.text, text);
@@ -318,6 +342,17 @@ mod tests {
                 .to_string()
                 .contains("must be lowercase")
         );
+        assert_eq!(
+            parse("app@sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF")
+                .unwrap_err()
+                .reason,
+            "invalid checksum digest format"
+        );
+        // Only the name alone: as a tag or a path component, 64 hexadecimal digits are fine.
+        let hex = "0123456789abcdef".repeat(4);
+        assert!(parse(&format!("{hex}:1")).is_ok());
+        assert!(parse(&format!("org/{hex}")).is_ok());
+        assert!(parse(&format!("app:{hex}")).is_ok());
     }
 
     proptest::proptest! {
