@@ -62,8 +62,12 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
     };
     let parsed = match Reference::try_from(readable.as_ref()) {
         Ok(parsed) => parsed,
-        // As distribution's `Parse` says: what would parse in lowercase has an uppercase name.
-        Err(_) if Reference::try_from(readable.to_ascii_lowercase().as_str()).is_ok() => {
+        // As distribution's `Parse` says: a text that does not match the grammar but would in
+        // lowercase has an uppercase name. Only then: another error (an unsupported digest
+        // algorithm such as `SHA256`) is reported as itself.
+        Err(ParseError::ReferenceInvalidFormat)
+            if Reference::try_from(readable.to_ascii_lowercase().as_str()).is_ok() =>
+        {
             return Err(lowercase());
         }
         Err(e) => return Err(refuse(e.to_string())),
@@ -341,6 +345,11 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("must be lowercase")
+        );
+        let algorithm = DIGEST.replace("sha256:", "app@SHA256:");
+        assert_eq!(
+            parse(&algorithm).unwrap_err().reason,
+            "unsupported digest algorithm"
         );
         assert_eq!(
             parse("app@sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF")
