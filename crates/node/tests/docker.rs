@@ -174,3 +174,121 @@ async fn a_sleep_workload_from_the_registry_runs_and_shows_running() {
         }
     }
 }
+
+// i[verify node.workloads.logs+2]
+/// `holdfast logs -f` as the operator types it, against a node running a real container: the
+/// command's output goes on across the workload's restart, with the node's one marker line
+/// between the two containers' output.
+#[tokio::test]
+async fn holdfast_logs_follow_goes_on_across_a_restart() {
+    let (Some(docker), Some(registry)) = (services::docker(), services::registry()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let owner = format!("logs-cli-{}", std::process::id());
+    // Each container prints which it is (its hostname is its short id), runs 2 s and exits 0,
+    // past its 1 s min_run, so `always` restarts it at once with a new container.
+    let extra = format!(
+        "[workloads]\nstop_on_exit = true\nowner = \"{owner}\"\n\n\
+         [[workload]]\nname = \"again\"\nimage = \"{}\"\n\
+         command = [\"sh\", \"-c\", \"echo run-on-$(hostname); sleep 2\"]\n\
+         min_run = \"1s\"\nstop_timeout = \"1s\"\n",
+        registry.image
+    );
+    let node = common::start_in(dir, &extra, "15s", Some(&docker.host));
+    node.until_ready().await;
+    until(&node, "running", |s| {
+        s["workloads"][0]["run"]["state"] == "running"
+    })
+    .await;
+
+    // Over the Unix socket, which needs no token.
+    let socket = node.dir.path().join("admin.sock");
+    let mut logs = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["logs", "again", "-f", "--admin"])
+        .arg(format!("unix:{}", socket.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = logs.stdout.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let began = Instant::now();
+    let deadline = began + Duration::from_secs(60);
+    let mut output = Vec::new();
+    while output
+        .iter()
+        .filter(|l: &&String| l.starts_with("run-on-"))
+        .count()
+        < 2
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match seen.recv_timeout(left) {
+            Ok(line) => {
+                eprintln!(
+                    "[timeline logs-follow] +{:>6} ms  {line}",
+                    began.elapsed().as_millis()
+                );
+                output.push(line);
+            }
+            Err(_) => {
+                let _ = logs.kill();
+                let err = logs
+                    .wait_with_output()
+                    .map(|o| o.stderr)
+                    .unwrap_or_default();
+                panic!(
+                    "two runs not followed within 60 s: {output:?}; stderr: {}",
+                    String::from_utf8_lossy(&err)
+                );
+            }
+        }
+    }
+    // Still following: the command has not exited on its own.
+    assert!(matches!(logs.try_wait(), Ok(None)), "{output:?}");
+    let _ = logs.kill();
+    let _ = logs.wait();
+
+    let runs: Vec<usize> = (0..output.len())
+        .filter(|&i| output[i].starts_with("run-on-"))
+        .collect();
+    assert_ne!(
+        output[runs[0]], output[runs[1]],
+        "two containers: {output:?}"
+    );
+    let between = &output[runs[0] + 1..runs[1]];
+    assert_eq!(
+        between
+            .iter()
+            .filter(
+                |l| l.starts_with("--- holdfast: workload again: following its next container (")
+            )
+            .count(),
+        1,
+        "one marker between the runs: {output:?}"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, _) = node.wait(Duration::from_secs(20));
+    assert_eq!(code, 0);
+    let listed = Command::new("docker")
+        .args(["-H", &docker.host, "ps", "-aq", "--filter"])
+        .arg(format!("label=holdfast.owner={owner}"))
+        .output();
+    if let Ok(listed) = listed {
+        for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+            let _ = Command::new("docker")
+                .args(["-H", &docker.host, "rm", "-f", id])
+                .output();
+        }
+    }
+}

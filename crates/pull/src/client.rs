@@ -21,6 +21,7 @@ use crate::classify::{PullError, PullErrorKind, classify_bollard};
 use crate::credentials::{Credentials, RegistryAuth, registry_host};
 pub use crate::daemon_wait::daemon_within;
 use crate::progress::{ProgressTracker, PullProgress};
+use crate::reference::ImageReference;
 use crate::watchdog::{Watched, drive};
 
 /// The default daemon endpoint when `DOCKER_HOST` is not set.
@@ -110,30 +111,13 @@ pub enum Fetched {
     Pulled,
 }
 
-/// Splits a reference into the `fromImage` and `tag` the Engine API wants. A reference with
-/// neither tag nor digest gets `latest`, as `docker pull` does: the API pulls every tag of the
-/// repository when the tag is left empty.
-pub fn pull_parameters(reference: &str) -> (String, String) {
-    if reference.contains('@') {
-        // A digest reference: the API takes it whole in fromImage.
-        return (reference.to_owned(), String::new());
-    }
-    let last_slash = reference.rfind('/').map_or(0, |i| i + 1);
-    match reference[last_slash..].rfind(':') {
-        Some(colon) => {
-            let at = last_slash + colon;
-            (reference[..at].to_owned(), reference[at + 1..].to_owned())
-        }
-        None => (reference.to_owned(), "latest".to_owned()),
-    }
-}
-
-/// The full reference with its implied tag, as the daemon's store names it.
-pub(crate) fn store_name(reference: &str) -> String {
-    match pull_parameters(reference) {
-        (image, tag) if tag.is_empty() => image,
-        (image, tag) => format!("{image}:{tag}"),
-    }
+// r[impl actuate.image.reference]
+/// `reference` read as Docker reads it; a text that is not a reference fails the attempt as
+/// rejected (the daemon would refuse it the same way), before the daemon or any credentials are
+/// asked.
+pub(crate) fn parsed(reference: &str) -> Result<ImageReference, PullError> {
+    crate::reference::parse(reference)
+        .map_err(|e| PullError::new(PullErrorKind::Rejected, e.to_string()))
 }
 
 /// One attempt: inspect the image; if the daemon does not have it (or `again`: its tag moved),
@@ -147,7 +131,8 @@ pub async fn fetch(
     auth: &RegistryAuth,
     again: bool,
 ) -> Result<Fetched, PullError> {
-    let name = store_name(reference);
+    let image_ref = parsed(reference)?;
+    let name = image_ref.to_string();
     let inspected = !again
         && daemon_within(stall_timeout, "the image inspect", async {
             match docker.inspect_image(&name).await {
@@ -162,7 +147,7 @@ pub async fn fetch(
     if inspected {
         return Ok(Fetched::AlreadyPresent);
     }
-    let (image, tag) = pull_parameters(reference);
+    let (image, tag) = image_ref.pull_parameters();
     let mut options = CreateImageOptionsBuilder::default().from_image(&image);
     if !tag.is_empty() {
         options = options.tag(&tag);
@@ -208,7 +193,7 @@ pub async fn fetch(
     }
 }
 
-// r[impl actuate.image.credentials]
+// r[impl actuate.image.credentials+2]
 /// The credentials for `reference`'s registry, a credential helper given the stall bound to
 /// answer (and killed past it). Credentials configured but unreadable, or a helper that does not
 /// answer, fail the attempt as unauthorized, naming the registry and the helper.
@@ -236,7 +221,7 @@ fn refused(
     if err.kind != PullErrorKind::Unauthorized {
         return err;
     }
-    let host = registry_host(reference);
+    let host = registry_host(reference).unwrap_or_else(|_| "(none)".to_owned());
     let how = match sent {
         Some(c) => match c.username() {
             Some(user) => format!("the credentials of user {user:?} from {}", c.source()),
@@ -332,30 +317,29 @@ mod tests {
         assert_eq!(ok.ok(), Some(7));
     }
 
-    #[test]
-    fn references_get_the_tag_docker_pull_would_use() {
-        let cases = [
-            ("busybox", ("busybox", "latest")),
-            ("busybox:1.36", ("busybox", "1.36")),
-            (
-                "127.0.0.1:5000/holdfast/busybox",
-                ("127.0.0.1:5000/holdfast/busybox", "latest"),
-            ),
-            (
-                "127.0.0.1:5000/holdfast/busybox:v2",
-                ("127.0.0.1:5000/holdfast/busybox", "v2"),
-            ),
-            ("reg/x@sha256:abc", ("reg/x@sha256:abc", "")),
-        ];
-        for (reference, (image, tag)) in cases {
-            assert_eq!(
-                pull_parameters(reference),
-                (image.to_owned(), tag.to_owned())
-            );
-        }
-        assert_eq!(
-            store_name("127.0.0.1:5000/a/b"),
-            "127.0.0.1:5000/a/b:latest"
+    // r[verify actuate.image.reference]
+    #[tokio::test]
+    async fn a_text_that_is_not_a_reference_is_rejected_before_the_daemon_is_asked() {
+        // No daemon listens there: an attempt that asked it would fail as unreachable.
+        let docker =
+            Docker::connect_with_http("http://127.0.0.1:1", 5, bollard::API_DEFAULT_VERSION)
+                .unwrap();
+        let (progress, _) = watch::channel(PullProgress::default());
+        let err = fetch(
+            &docker,
+            "Nginx:latest",
+            Duration::from_secs(1),
+            &progress,
+            &RegistryAuth::default(),
+            false,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, PullErrorKind::Rejected, "{err:?}");
+        assert!(
+            err.message
+                .contains("\"Nginx:latest\" is not an image reference"),
+            "{err:?}"
         );
     }
 }

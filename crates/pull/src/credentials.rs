@@ -17,37 +17,18 @@ use std::path::{Path, PathBuf};
 use bollard::auth::DockerCredentials;
 use docker_credential::{CredentialRetrievalError, DockerCredential};
 
-/// The registry an image reference without a registry host is pulled from.
-pub const DOCKER_HUB: &str = "docker.io";
+pub use crate::reference::DOCKER_HUB;
+use crate::reference::{ReferenceError, hub_alias};
 
 /// The key the Docker CLI files Docker Hub's credentials under (and asks helpers for).
 pub const DOCKER_HUB_SERVER: &str = "https://index.docker.io/v1/";
 
-// r[impl actuate.image.credentials]
-/// The registry host an image reference is pulled from, as Docker reads it: the first path
-/// component when it looks like a host (holds a `.` or a `:`, is `localhost`, or has an
-/// uppercase letter, which a repository name cannot), else Docker Hub.
-pub fn registry_host(reference: &str) -> &str {
-    // A digest or tag never holds a '/', so the first '/' ends the host if there is one.
-    let Some((first, _rest)) = reference.split_once('/') else {
-        return DOCKER_HUB;
-    };
-    let host_like = first.contains(['.', ':'])
-        || first == "localhost"
-        || first.chars().any(|c| c.is_ascii_uppercase());
-    if host_like {
-        hub_alias(first)
-    } else {
-        DOCKER_HUB
-    }
-}
-
-/// Docker Hub's other names are Docker Hub.
-fn hub_alias(host: &str) -> &str {
-    match host {
-        "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB,
-        host => host,
-    }
+// r[impl actuate.image.credentials+2]
+/// The registry host an image reference is pulled from, as Docker reads it
+/// ([`crate::reference::parse`]): its first component when that holds a `.` or a `:` or is
+/// `localhost`, else Docker Hub. A text that is not a reference names no registry.
+pub fn registry_host(reference: &str) -> Result<String, ReferenceError> {
+    crate::reference::parse(reference).map(|parsed| parsed.registry().to_owned())
 }
 
 // r[impl actuate.image.credentials.configured]
@@ -258,7 +239,7 @@ impl RegistryAuth {
         Some(dir.join("config.json"))
     }
 
-    // r[impl actuate.image.credentials]
+    // r[impl actuate.image.credentials+2]
     /// The credentials to pull `reference` with. `Ok(None)` means pull anonymously: no Docker
     /// config file exists, or it has nothing for the registry (as `docker pull` does). A file
     /// configured for this image must exist, must not be readable by group or others, and must
@@ -270,7 +251,11 @@ impl RegistryAuth {
         reference: &str,
         helper_timeout: std::time::Duration,
     ) -> Result<Option<Credentials>, CredentialError> {
-        let host = registry_host(reference);
+        let host = registry_host(reference).map_err(|e| CredentialError {
+            registry: "(none)".to_owned(),
+            message: e.to_string(),
+        })?;
+        let host = host.as_str();
         let server = server_key(host);
         let fail = |message: String| CredentialError {
             registry: host.to_owned(),
@@ -514,7 +499,7 @@ fn describe(err: &CredentialRetrievalError, path: &Path) -> String {
     }
 }
 
-// r[impl actuate.image.credentials]
+// r[impl actuate.image.credentials+2]
 /// A per-image credentials file's text, its mode checked on the opened file itself (so the file
 /// read is the file checked, whatever replaces the path meanwhile).
 fn read_private(path: &Path) -> Result<String, String> {
@@ -605,7 +590,7 @@ fn owned_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
     Ok(())
 }
 
-// r[impl actuate.image.credentials]
+// r[impl actuate.image.credentials+2]
 /// A secret file must not be readable by group or others (mode 0600 or stricter). (The node's
 /// Docker config file is not held to this: the Docker CLI writes it 0600 itself, and refusing
 /// a looser one would break pulls `docker pull` makes.)
@@ -648,7 +633,8 @@ mod tests {
         ) {
             let image = format!("{host}/org/app:1");
             let name = format!("{scheme}{host}{tail}");
-            prop_assert_eq!(registry_name(&name), Some(registry_host(&image)));
+            let host = registry_host(&image).unwrap();
+            prop_assert_eq!(registry_name(&name), Some(host.as_str()));
         }
     }
 
@@ -692,7 +678,7 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(text)
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     #[test]
     fn the_registry_host_is_read_as_docker_reads_it() {
         for (reference, host) in [
@@ -705,16 +691,22 @@ mod tests {
             ("ghcr.io/org/app:1", "ghcr.io"),
             ("127.0.0.1:5000/holdfast/busybox:latest", "127.0.0.1:5000"),
             ("localhost/app", "localhost"),
-            ("localhost:5000/app@sha256:abc", "localhost:5000"),
-            ("Registry/app", "Registry"),
+            (
+                "localhost:5000/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "localhost:5000",
+            ),
         ] {
-            assert_eq!(registry_host(reference), host, "{reference}");
+            assert_eq!(registry_host(reference).unwrap(), host, "{reference}");
         }
+        // Docker would read an uppercase first component as a host; no repository may hold one,
+        // so such a text is refused rather than given Docker Hub's credentials.
+        assert!(registry_host("Registry/app").is_err());
+        assert!(registry_host("not a reference").is_err());
         assert_eq!(server_key("docker.io"), "https://index.docker.io/v1/");
         assert_eq!(server_key("ghcr.io"), "ghcr.io");
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     #[test]
     fn auths_entries_give_credentials_for_their_registry_only() {
         let dir = tempfile::tempdir().unwrap();
@@ -753,7 +745,7 @@ mod tests {
         assert_eq!(look(&none, "127.0.0.1:5000/a/b").unwrap(), None);
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     // r[verify actuate.image.credentials.helper-named]
     #[test]
     fn a_credential_helper_is_run_and_a_failing_one_is_an_error_without_its_output() {
@@ -801,7 +793,7 @@ mod tests {
         assert!(!text.contains("leaked-secret"), "{text}");
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     #[test]
     fn a_creds_store_without_a_login_for_the_registry_is_an_anonymous_pull() {
         let dir = tempfile::tempdir().unwrap();
@@ -836,7 +828,7 @@ mod tests {
         assert_eq!(err.registry, "docker.io");
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     #[test]
     fn a_helper_that_does_not_answer_is_killed_and_named_as_unauthorized() {
         let dir = tempfile::tempdir().unwrap();
@@ -927,7 +919,7 @@ mod tests {
         // The same answer as for an image of that registry.
         assert_eq!(
             registry_name("index.docker.io").map(str::to_owned),
-            Some(registry_host("index.docker.io/org/app").to_owned())
+            Some(registry_host("index.docker.io/org/app").unwrap())
         );
     }
 
@@ -1030,7 +1022,7 @@ mod tests {
         }
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     #[test]
     fn a_file_for_the_image_wins_and_must_be_private_and_hold_the_registry() {
         let dir = tempfile::tempdir().unwrap();
@@ -1101,11 +1093,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        // r[verify actuate.image.credentials]
+        // r[verify actuate.image.credentials+2]
         #[test]
         fn a_host_like_first_component_is_the_registry(
             host in "([a-z0-9]{1,8}\\.){1,3}[a-z]{2,5}(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?|[a-z0-9]{1,8}:[0-9]{1,5}",
-            path in "[a-z0-9]{1,8}(/[a-z0-9_-]{1,8}){0,3}",
+            path in "[a-z0-9]{1,8}(/[a-z0-9]{1,8}([_.-][a-z0-9]{1,4})?){0,3}",
             tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
             digest in proptest::option::of("[0-9a-f]{64}"),
         ) {
@@ -1120,13 +1112,13 @@ mod tests {
                 "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB,
                 host => host,
             };
-            proptest::prop_assert_eq!(registry_host(&reference), expected);
+            proptest::prop_assert_eq!(registry_host(&reference).unwrap(), expected);
         }
 
-        // r[verify actuate.image.credentials]
+        // r[verify actuate.image.credentials+2]
         #[test]
         fn a_plain_first_component_is_docker_hub(
-            path in "[a-z0-9][a-z0-9_-]{0,8}(/[a-z0-9_-]{1,8}){0,3}",
+            path in "[a-z0-9]{1,8}([_.-][a-z0-9]{1,4})?(/[a-z0-9]{1,8}([_.-][a-z0-9]{1,4})?){0,3}",
             tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
             digest in proptest::option::of("[0-9a-f]{64}"),
         ) {
@@ -1138,7 +1130,8 @@ mod tests {
             if let Some(digest) = digest {
                 reference = format!("{reference}@sha256:{digest}");
             }
-            proptest::prop_assert_eq!(registry_host(&reference), DOCKER_HUB);
+            proptest::prop_assume!(!reference.split('/').next().unwrap_or_default().contains('.'));
+            proptest::prop_assert_eq!(registry_host(&reference).unwrap(), DOCKER_HUB);
         }
     }
 

@@ -450,7 +450,7 @@ mod tests {
         serde_json::from_slice(&json).ok()
     }
 
-    // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials+2]
     // r[verify actuate.image.credentials.refused]
     // r[verify actuate.image.credentials.secret]
     #[tokio::test]

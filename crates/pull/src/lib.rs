@@ -8,7 +8,8 @@
 //! once. Pacing goes through holdfast-retry ([`pacing`]), failures are classified from the
 //! daemon's status and message ([`classify`]), stalled pulls are ended by a progress watchdog
 //! ([`watchdog`]), progress is folded into layers and bytes ([`progress`]), the daemon is reached
-//! like the Docker CLI reaches it ([`client`], [`fetcher`]), and escalations become
+//! like the Docker CLI reaches it ([`client`], [`fetcher`]), image references are read by Docker's
+//! grammar ([`reference`]), and escalations become
 //! operator-visible faults ([`fault`]); images no workload uses are collected when the disk fills
 //! ([`gc`]).
 //!
@@ -28,6 +29,7 @@ pub mod gc;
 pub mod pacing;
 pub mod progress;
 pub mod reconciler;
+pub mod reference;
 pub mod state;
 pub mod tag;
 pub mod watchdog;
@@ -49,5 +51,6 @@ pub use gc::{
 };
 pub use progress::PullProgress;
 pub use reconciler::{Action, AttemptId, Completion, Reconciler};
+pub use reference::{ImageReference, ReferenceError};
 pub use state::ImageState;
 pub use tag::{DEFAULT_DIGEST_INTERVAL, DigestChecks, TagCheck, tag_moved};

@@ -37,8 +37,10 @@ pub enum TagCheck {
 /// digest never moves. An image with no repo digest at all (built or imported here) counts as
 /// moved, so the registry's content replaces it.
 pub fn tag_moved(reference: &str, local_repo_digests: &[String], remote: &str) -> bool {
-    if reference.contains('@') {
-        return false;
+    // A text that is not a reference is never pulled, so it has nothing that could move.
+    match crate::reference::parse(reference) {
+        Ok(parsed) if !parsed.is_pinned() => {}
+        _ => return false,
     }
     !local_repo_digests
         .iter()
@@ -118,7 +120,7 @@ pub async fn check_tag(
     stall_timeout: Duration,
     auth: &RegistryAuth,
 ) -> Result<TagCheck, PullError> {
-    let name = crate::client::store_name(reference);
+    let name = crate::client::parsed(reference)?.to_string();
     let credentials: Option<Credentials> =
         crate::client::credentials_for(auth, reference, stall_timeout).await?;
     let remote = within(stall_timeout, "the registry's digest", async {

@@ -208,7 +208,7 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.config+2]
+    // r[impl workload.config+3]
     /// Checks every field; the error names the first bad key.
     pub fn validate(&self) -> Result<(), WorkloadConfigError> {
         let err = |field: &str, message: String| WorkloadConfigError {
@@ -234,22 +234,9 @@ impl WorkloadConfig {
                 ),
             ));
         }
-        if self.image.trim().is_empty() || self.image.contains(char::is_whitespace) {
-            return Err(err(
-                "image",
-                format!("{:?} is not an image reference", self.image),
-            ));
-        }
-        // A URL is not a reference: Docker refuses it, and its scheme would be read as the
-        // registry host.
-        if self.image.contains("://") {
-            return Err(err(
-                "image",
-                format!(
-                    "{:?} is not an image reference (no scheme: HOST[:PORT]/PATH[:TAG])",
-                    self.image
-                ),
-            ));
+        // Read as the pull reads it, so a reference accepted here is one it can pull.
+        if let Err(not_a_reference) = holdfast_pull::reference::parse(&self.image) {
+            return Err(err("image", not_a_reference.to_string()));
         }
         for key in self.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
@@ -693,7 +680,7 @@ fn restart_policy(seed: u64) -> Policy {
 pub(crate) mod tests {
     use super::*;
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn a_workload_from_toml_like_serde_with_defaults_and_text_durations() {
         let w: WorkloadConfig = serde_json::from_str(
@@ -720,7 +707,7 @@ pub(crate) mod tests {
         );
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn durations_are_text_with_a_unit() {
         let parse = |text: &str| {
@@ -743,7 +730,7 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_value(&w).unwrap()["min_run"], "1500ms");
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn validation_names_the_key() {
         let key = |w: WorkloadConfig| w.validate().unwrap_err().key;
@@ -798,7 +785,7 @@ pub(crate) mod tests {
         assert_eq!(holdfast_only.spec_hash(), h);
     }
 
-    // r[verify workload.config+2]
+    // r[verify workload.config+3]
     #[test]
     fn the_limits_are_inclusive_and_an_image_reference_has_no_space() {
         let key = |w: &WorkloadConfig| w.validate().map_err(|e| e.key);
@@ -813,6 +800,39 @@ pub(crate) mod tests {
             key(&WorkloadConfig::new("web", "reg.example:5000/app:1")),
             Ok(())
         );
+        // What Docker's reference grammar refuses is refused here, saying why, not at the pull.
+        for image in [
+            "Nginx",
+            "Registry/app",
+            "app:",
+            "app@sha256:abc",
+            "a//b",
+            "",
+            "[::1/app",
+        ] {
+            assert_eq!(
+                key(&WorkloadConfig::new("web", image)),
+                bad("image"),
+                "{image}"
+            );
+        }
+        let why = WorkloadConfig::new("web", "Nginx:1")
+            .validate()
+            .unwrap_err();
+        assert!(
+            why.message.contains("repository name must be lowercase"),
+            "{why:?}"
+        );
+        for image in [
+            "busybox",
+            "org/app:1.2-rc_3",
+            "localhost/app",
+            "[::1]:5000/app",
+            "[fe80::1]/app:tag",
+            "ghcr.io/o/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(key(&WorkloadConfig::new("web", image)), Ok(()), "{image}");
+        }
         let mut w = WorkloadConfig::new("web", "busybox");
         w.min_run = MAX_MIN_RUN;
         w.stop_timeout = MAX_STOP_TIMEOUT;

@@ -1,8 +1,8 @@
 //! Whether a workload's image is present: asked through a trait of this crate's own.
 //!
 //! The node implements it with the pull module (whose `ensure` pulls with its own pacing and
-//! faults); this crate never depends on holdfast-pull. Tests implement it with a fake or by
-//! asking dockerd.
+//! faults); this crate uses holdfast-pull only to read image references (its config), never to
+//! pull. Tests implement it with a fake or by asking dockerd.
 
 use std::time::Instant;
 
