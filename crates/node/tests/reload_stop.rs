@@ -644,3 +644,51 @@ async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_servic
     assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
     assert_eq!(events(&log, "reload: module stopping").count(), 0, "{log}");
 }
+
+// A reload that restarts the issuance module (its tick changed) while the name service hangs: the
+// new config's validation is fed, the new instance's start then looks the deploy's owner up and
+// waits for ever. The node's stop still ends the module at once and exits 0 inside its budget,
+// rather than cutting the module off at its share (exit 3).
+// r[verify node.issuance.start-off-thread]
+#[tokio::test]
+async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() {
+    if !can_hang_the_name_service() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let owned = format!(
+        "deploy = {{ dir = \"{}\", owner = \"root\" }}\n",
+        dir.path().join("deploy").display()
+    );
+    let provider = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let hosts = [hostname("a.example", &owned)];
+    let hung = NameService::start(dir, &issuance_section(provider, "1s", &hosts)).await;
+    hung.hang_after_one();
+    // Another tick: the module restarts (no live update, so no check before the lock).
+    write_config(
+        &hung.config_dir,
+        &issuance_section(provider, "2s", &hosts),
+        "4s",
+        None,
+    );
+    hung.node.signal(Signal::SIGHUP);
+    until_logged(&hung.node, "reload: module starting");
+    hung.until_fed();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (code, stopped, log, served) = hung.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        stopped < Duration::from_secs(2),
+        "the stop took {stopped:?}: {log}"
+    );
+    assert_eq!(served, 1);
+    assert_eq!(
+        events(&log, "module stop overran its budget: cut off").count(),
+        0,
+        "{log}"
+    );
+}

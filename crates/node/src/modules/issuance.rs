@@ -89,16 +89,24 @@ impl Module for IssuanceModule {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        // r[impl node.issuance.start-off-thread]
+        // holdfast-issuance checks the config synchronously as it starts (owners and groups
+        // looked up): on a blocking thread, the hosted task's select still sees a stop while a
+        // name service hangs, where on a runtime thread the stop would wait and be cut off.
+        let runtime = tokio::runtime::Handle::current();
         Ok(spawn_hosted(self.slot.clone(), async move {
-            holdfast_issuance::start_with(
-                &config,
-                &this.data_dir,
-                this.seed,
-                this.clock,
-                this.faults,
-                this.tls_alpn01,
-            )
+            tokio::task::spawn_blocking(move || {
+                runtime.block_on(holdfast_issuance::start_with(
+                    &config,
+                    &this.data_dir,
+                    this.seed,
+                    this.clock,
+                    this.faults,
+                    this.tls_alpn01,
+                ))
+            })
             .await
+            .map_err(|e| format!("issuance: its start ended: {e}"))?
             .map_err(|e| e.to_string())
         }))
     }
