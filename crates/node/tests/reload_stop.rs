@@ -649,7 +649,7 @@ async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_servic
 // new config's validation is fed, the new instance's start then looks the deploy's owner up and
 // waits for ever. The node's stop still ends the module at once and exits 0 inside its budget,
 // rather than cutting the module off at its share (exit 3).
-// r[verify node.issuance.start-off-thread]
+// r[verify node.issuance.start-off-thread+2]
 #[tokio::test]
 async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() {
     if !can_hang_the_name_service() {
