@@ -224,13 +224,13 @@ mod layers {
 
     /// The config's layers a file of module `at` must not use: the low layer neither validation
     /// nor conversion, the conversion not validation (validation uses the conversion).
-    fn above(at: &[&str]) -> &'static [&'static str] {
+    fn above(at: &[&str]) -> Vec<&'static str> {
         match at {
             ["config", file] if LOW.contains(&format!("{file}.rs").as_str()) => {
-                &["validate", "gateway_validate", "convert", "gateway_convert"]
+                VALIDATE.iter().chain(CONVERT.iter()).copied().collect()
             }
-            ["config", file] if CONVERT.contains(file) => &VALIDATE,
-            _ => &[],
+            ["config", file] if CONVERT.contains(file) => VALIDATE.to_vec(),
+            _ => Vec::new(),
         }
     }
 
@@ -314,6 +314,7 @@ mod layers {
         for text in [
             "use super::convert::X;",
             "use super::gateway_convert::X;",
+            "use super::forward_convert::X;",
             "use crate::config::{validate::y};",
             "use super::{locate::L, validate};",
         ] {
