@@ -559,6 +559,31 @@ impl NameService {
         }
     }
 
+    /// Waits (10 s at most) until one of the node's threads waits to open the FIFO (the kernel
+    /// reports it waiting for a writer, which never comes): a lookup hangs.
+    fn until_hung(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.hung() == 0 {
+            assert!(Instant::now() < deadline, "no lookup hung");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// How many of the node's threads wait to open the FIFO.
+    fn hung(&self) -> usize {
+        let tasks = format!("/proc/{}/task", self.node.child.id());
+        let Ok(tasks) = std::fs::read_dir(tasks) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("wchan"))
+                    .is_ok_and(|wchan| wchan.trim() == "wait_for_partner")
+            })
+            .count()
+    }
+
     /// Stops the node with SIGTERM: its exit status, how long the stop took, its log, and how
     /// many opens the FIFO was fed.
     fn stop(self) -> (i32, Duration, String, usize) {
@@ -626,8 +651,8 @@ async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_servic
     hung.node.signal(Signal::SIGHUP);
     until_logged(&hung.node, "SIGHUP: reloading the config");
     hung.until_fed();
-    // A reload that is not hung ends within milliseconds; this one waits in its check.
-    std::thread::sleep(Duration::from_millis(500));
+    // The check's lookup waits on the FIFO: the reload cannot end.
+    hung.until_hung();
     let log = std::fs::read_to_string(hung.node.dir.path().join("stderr.log")).unwrap();
     assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
     assert_eq!(events(&log, "reload refused").count(), 0, "{log}");
@@ -677,7 +702,8 @@ async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() 
     hung.node.signal(Signal::SIGHUP);
     until_logged(&hung.node, "reload: module starting");
     hung.until_fed();
-    std::thread::sleep(Duration::from_millis(300));
+    // The restarted start's lookup waits on the FIFO.
+    hung.until_hung();
 
     let (code, stopped, log, served) = hung.stop();
     assert_eq!(code, 0, "{log}");
