@@ -653,6 +653,7 @@ async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_servic
     hung.until_fed();
     // The check's lookup waits on the FIFO: the reload cannot end.
     hung.until_hung();
+    let waiting = hung.hung();
     let log = std::fs::read_to_string(hung.node.dir.path().join("stderr.log")).unwrap();
     assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
     assert_eq!(events(&log, "reload refused").count(), 0, "{log}");
@@ -663,8 +664,9 @@ async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_servic
         stopped < Duration::from_secs(4),
         "the stop took {stopped:?}: {log}"
     );
-    // Only the validation was fed, and the module was never restarted: what hung was the check.
-    assert_eq!(served, 1);
+    // Two lookups: the validation's, fed, and the check's, hung; the module was never restarted,
+    // so what hung was the check.
+    assert_eq!((served, waiting), (1, 1), "lookups (fed, hung)");
     assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
     assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
     assert_eq!(events(&log, "reload: module stopping").count(), 0, "{log}");
@@ -704,6 +706,7 @@ async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() 
     hung.until_fed();
     // The restarted start's lookup waits on the FIFO.
     hung.until_hung();
+    let waiting = hung.hung();
 
     let (code, stopped, log, served) = hung.stop();
     assert_eq!(code, 0, "{log}");
@@ -711,7 +714,8 @@ async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() 
         stopped < Duration::from_secs(2),
         "the stop took {stopped:?}: {log}"
     );
-    assert_eq!(served, 1);
+    // Two lookups: the validation's, fed, and the restarted start's, hung.
+    assert_eq!((served, waiting), (1, 1), "lookups (fed, hung)");
     assert_eq!(
         events(&log, "module stop overran its budget: cut off").count(),
         0,
