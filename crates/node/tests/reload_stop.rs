@@ -441,21 +441,31 @@ async fn a_reload_to_a_named_pipe_tls_pair_is_refused_at_once_and_holds_nothing_
     assert!(!log.contains("still running"), "{log}");
 }
 
-/// Why the hung-name-service tests cannot run here, if it cannot.
+/// Why the hung-name-service tests cannot run here, if it cannot: the node's own mount namespace
+/// is tried as the tests make it.
 fn cannot_hang_the_name_service() -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
         return Some("a mount namespace needs root".into());
     }
-    for tool in ["unshare", "nsenter"] {
-        if std::process::Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            return Some(format!("{tool} (util-linux) is not installed"));
-        }
+    if std::process::Command::new("nsenter")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Some("nsenter (util-linux) is not installed".into());
     }
-    None
+    match std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "true"])
+        .output()
+    {
+        Err(e) => Some(format!("unshare (util-linux) cannot run: {e}")),
+        Ok(out) if !out.status.success() => Some(format!(
+            "unshare --mount --propagation private failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
 }
 
 /// A node whose name service the test hangs: it runs in a mount namespace of its own, in which
@@ -608,7 +618,7 @@ fn can_hang_the_name_service() -> bool {
         None => true,
         Some(why) => {
             holdfast_test_support::services::skip_loudly(
-                "root and util-linux",
+                "root, util-linux and a private mount namespace",
                 &why,
                 holdfast_test_support::services::FailWhen::HarnessOrCi,
             );
