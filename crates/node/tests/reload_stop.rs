@@ -545,11 +545,14 @@ impl NameService {
             .status()
             .unwrap();
         assert!(bound.success(), "nsenter mount --bind");
-        // The bind stays in the node's namespace.
-        assert!(
-            std::fs::metadata("/etc/passwd").unwrap().is_file(),
-            "the FIFO leaked out of the node's mount namespace"
-        );
+        // The bind stays in the node's namespace; if it reached the host, undo it before failing
+        // (the host's lookups would hang on it).
+        if !std::fs::metadata("/etc/passwd").is_ok_and(|m| m.is_file()) {
+            let undone = std::process::Command::new("umount")
+                .arg("/etc/passwd")
+                .status();
+            panic!("the FIFO leaked out of the node's mount namespace (umount: {undone:?})");
+        }
         let (fifo, served) = (self.fifo.clone(), std::sync::Arc::clone(&self.served));
         std::thread::spawn(move || {
             if let Ok(mut writer) = std::fs::OpenOptions::new().write(true).open(&fifo) {
