@@ -224,11 +224,6 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    fn settings(forward: &str) -> ForwardSettings {
-        let config = Config::parse("forward.toml", forward).unwrap();
-        ForwardSettings::of(config.forward.as_ref().unwrap().get_ref())
-    }
-
     // i[verify node.config.layers+5]
     /// `[forward]` is converted by the config's high layer: its address, its access as written
     /// (inline tokens, the token file's path, not read), and each connection bound as set or, left
@@ -240,16 +235,24 @@ mod tests {
         let tokens = dir.path().join("forward.tokens");
         std::fs::write(&tokens, "forward-convert-file-token-0123456789\n").unwrap();
         std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let settings = settings(&format!(
-            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\n\
-             tokens = [\"forward-convert-token-0123456789abcdef\"]\n\
-             token_file = \"{}\"\n\
-             allow = [\"127.0.0.1:53\", \"10.0.0.0/8:80\"]\nmax_connections = 7\n",
-            tokens.display()
-        ));
+        let config = Config::parse(
+            "forward.toml",
+            &format!(
+                "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\n\
+                 tokens = [\"forward-convert-token-0123456789abcdef\"]\n\
+                 token_file = \"{}\"\n\
+                 allow = [\"127.0.0.1:53\", \"10.0.0.0/8:80\"]\nmax_connections = 7\n",
+                tokens.display()
+            ),
+        )
+        .unwrap();
+        // Validated (validation reads the file); gone before the conversion, which must not read
+        // it.
+        std::fs::remove_file(&tokens).unwrap();
+        let settings = ForwardSettings::of(config.forward.as_ref().unwrap().get_ref());
         assert_eq!(settings.listen, "127.0.0.1:4433".parse().unwrap());
         assert_eq!(settings.access.tokens.len(), 1);
-        // The path as written: the file is read when the module starts, not here.
+        // The path as written: the file is read when the module starts, not by the conversion.
         assert_eq!(settings.access.token_file, Some(tokens));
         assert_eq!(settings.access.allow.rules().len(), 2);
         assert!(settings.access.clients.is_empty());
