@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_forward::{Access, Server, ServerConfig};
 
+use crate::config::{AccessSpec, Bounds, ForwardSettings};
 use crate::module::{Module, StartError, Started, StopGroup};
 use crate::modules::hosted::spawn_hosted;
 use crate::slot::Slot;
@@ -120,8 +121,6 @@ fn same_set<T: PartialEq>(a: &[T], b: &[T]) -> bool {
 fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessState> {
     access.lock().unwrap_or_else(PoisonError::into_inner)
 }
-
-pub use crate::config::{AccessSpec, Bounds, ClientGrant, ForwardSettings};
 
 impl ForwardModule {
     /// The module for a validated `[forward]` section.
