@@ -11,11 +11,11 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+pub use crate::config::ForwardSettings;
 use crate::config::{
     AdminSection, Config, LogSection, NodeSection, PullSection, SuperviseSection, WorkloadsSection,
 };
 pub use crate::config::{GatewaySettings, PullInputs, WorkloadSettings};
-pub use crate::modules::forward::ForwardSettings;
 
 /// What a reload does to one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

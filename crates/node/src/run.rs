@@ -614,12 +614,9 @@ pub async fn run(
 fn unchanged_forward(
     node: &NodeState,
     shared: &crate::modules::forward::SharedAccess,
-    spec: crate::modules::forward::AccessSpec,
+    spec: crate::config::AccessSpec,
     read: Result<holdfast_forward::Access, String>,
-) -> Option<(
-    crate::modules::forward::AccessSpec,
-    holdfast_forward::Access,
-)> {
+) -> Option<(crate::config::AccessSpec, holdfast_forward::Access)> {
     match read {
         Ok(access) => {
             // Read again: whatever kept them from being read is over.
@@ -747,10 +744,7 @@ async fn serve_reloads(
 struct LiveUpdates {
     pull: Option<Vec<(String, String)>>,
     workloads: Option<Vec<holdfast_workload::WorkloadConfig>>,
-    forward: Option<(
-        crate::modules::forward::AccessSpec,
-        holdfast_forward::Access,
-    )>,
+    forward: Option<(crate::config::AccessSpec, holdfast_forward::Access)>,
     issuance: Option<(
         holdfast_issuance::IssuanceConfig,
         holdfast_issuance::Certificates,
@@ -878,7 +872,7 @@ struct Prepared {
     /// The forward's access, its token files read (when it may take it live, or its section is
     /// unchanged).
     forward: Option<(
-        crate::modules::forward::AccessSpec,
+        crate::config::AccessSpec,
         Result<holdfast_forward::Access, String>,
     )>,
     /// The issuance module's new config and its check (when it may take it live and runs).
@@ -986,7 +980,7 @@ async fn prepare(
     };
     let mut prepared = Prepared::default();
     if let Some(section) = config.forward.as_ref().filter(|_| forward_wanted) {
-        let spec = forward::AccessSpec::of(section.get_ref());
+        let spec = crate::config::AccessSpec::of(section.get_ref());
         let read = spec.clone();
         let access = bounded(
             &outstanding.tokens,
@@ -1705,7 +1699,8 @@ mod tests {
     // r[verify node.reload.forward-files+3]
     #[test]
     fn unreadable_token_files_of_an_unchanged_forward_are_a_fault_until_read() {
-        use crate::modules::forward::{AccessSpec, SharedAccess};
+        use crate::config::AccessSpec;
+        use crate::modules::forward::SharedAccess;
         let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
         let shared = SharedAccess::default();
         let error = "cannot read token file /etc/holdfast/forward.tokens: Input/output error";

@@ -1566,6 +1566,15 @@ fn pair_in(dir: &Path) -> (String, Vec<u8>) {
 
 /// A `wss://` client (blocking) authenticated as `user` in `room`, and the leaf it was shown.
 fn wss_member(addr: &str, user: &str, room: &str) -> (Wss, Vec<u8>) {
+    let (ws, leaf, joined) = wss_try(addr, KEY, user, room);
+    joined.unwrap();
+    (ws, leaf)
+}
+
+/// A `wss://` client (blocking) that authenticates as `user` with a token signed by `key` and
+/// joins `room`: the client, the leaf it was shown, and whether the gateway took it (else what
+/// ended it).
+fn wss_try(addr: &str, key: &str, user: &str, room: &str) -> (Wss, Vec<u8>, Result<(), String>) {
     use tokio_tungstenite::tungstenite::Message;
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -1585,7 +1594,7 @@ fn wss_member(addr: &str, user: &str, room: &str) -> (Wss, Vec<u8>) {
     }
     let leaf = tls.conn.peer_certificates().unwrap()[0].to_vec();
     let (mut ws, _) = tokio_tungstenite::tungstenite::client("wss://localhost/", tls).unwrap();
-    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+    let token = holdfast_gateway::Signer::new(key.as_bytes())
         .token(
             user,
             std::time::SystemTime::now() + Duration::from_secs(3600),
@@ -1596,9 +1605,11 @@ fn wss_member(addr: &str, user: &str, room: &str) -> (Wss, Vec<u8>) {
         json!({"type": "join", "room": room}),
     ] {
         ws.send(Message::Text(message.to_string().into())).unwrap();
-        wss_text(&mut ws).unwrap();
+        if let Err(ended) = wss_text(&mut ws) {
+            return (ws, leaf, Err(ended));
+        }
     }
-    (ws, leaf)
+    (ws, leaf, Ok(()))
 }
 
 /// The next text (pings skipped), or what ended the wait (a close frame, an error, the read
@@ -1679,4 +1690,101 @@ async fn a_changed_tls_pair_path_is_taken_live_and_drains_no_client() {
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
+}
+
+// One reload gives the gateway another TLS pair and another token key file together while a
+// client is connected: the gateway is updated, not restarted; the client keeps its TLS session
+// and its room (a push reaches it, no close frame); every handshake after the reload is served
+// the new pair, a token of the new key is taken and one of the old key refused. The steps are
+// printed with their time since the reload was asked for (shown with --nocapture).
+// r[verify node.reload.live-gateway+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_reload_swaps_the_tls_pair_and_the_key_file_live_and_keeps_the_client() {
+    const NEW: &str = "gateway-reload-swapped-key-5647382910";
+    let dir = tempfile::tempdir().unwrap();
+    let (first, first_der) = pair_in(&dir.path().join("a"));
+    let (second, second_der) = pair_in(&dir.path().join("b"));
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let old_key = dir.path().join("gateway.key");
+    let new_key = dir.path().join("other.key");
+    std::fs::write(&new_key, format!("{NEW}\n")).unwrap();
+    std::fs::set_permissions(&new_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let with = |key: &Path, pair: &str| {
+        let section = gateway.replace(
+            &format!("token_key_file = \"{}\"", old_key.display()),
+            &format!("token_key_file = \"{}\"", key.display()),
+        );
+        format!("{section}\n[gateway.tls]\n{pair}")
+    };
+    let node = start_in(dir, &with(&old_key, &first), BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let (mut old, seen) = wss_member(&addr, "ann", "lobby");
+    assert_eq!(seen, first_der);
+
+    rewrite(&node, &with(&new_key, &second));
+    let asked = Instant::now();
+    let mut timeline = Vec::new();
+    let mut at = |what: String| {
+        timeline.push(format!(
+            "{:>7.1} ms  {what}",
+            asked.elapsed().as_secs_f64() * 1e3
+        ))
+    };
+    let (code, out, err) = reload(&node);
+    at(format!(
+        "`holdfast reload` answered (exit {code}): {}",
+        out.trim()
+    ));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("gateway") && out.contains("updated"), "{out}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+
+    let (_cy, seen, joined) = wss_try(&addr, NEW, "cy", "lobby");
+    at(format!(
+        "new client: handshake served the {} pair, new-key token {}",
+        if seen == second_der { "new" } else { "OLD" },
+        if joined.is_ok() { "taken" } else { "refused" }
+    ));
+    assert_eq!(
+        seen, second_der,
+        "a handshake after the reload got the old pair"
+    );
+    joined.unwrap();
+    let (_eve, seen, refused) = wss_try(&addr, KEY, "eve", "lobby");
+    at(format!(
+        "new client with an old-key token: {}",
+        refused.as_ref().err().map_or("taken", String::as_str)
+    ));
+    assert_eq!(seen, second_der);
+    assert!(refused.is_err(), "a token of the old key still verifies");
+
+    push(&node, "lobby", "after the swap").await;
+    let text = wss_text(&mut old).unwrap();
+    at(format!(
+        "client connected before the reload got the push: {text}"
+    ));
+    assert!(text.contains("after the swap"), "{text}");
+    old.get_mut()
+        .sock
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let after = wss_text(&mut old).unwrap_err();
+    at(format!("that client, 300 ms more: {after}"));
+    assert!(
+        !after.contains("close frame"),
+        "the client was closed: {after}"
+    );
+    let shown = json_get(&node, "/v1/gateway").await;
+    assert_eq!(shown["last_drain"], Value::Null, "{shown}");
+    println!(
+        "reload swapping the TLS pair and the key file:\n{}",
+        timeline.join("\n")
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(NEW) && !log.contains(KEY), "a key was logged");
 }

@@ -440,3 +440,298 @@ async fn a_reload_to_a_named_pipe_tls_pair_is_refused_at_once_and_holds_nothing_
     );
     assert!(!log.contains("still running"), "{log}");
 }
+
+/// Why the hung-name-service tests cannot run here, if it cannot: the node's own mount namespace
+/// is tried as the tests make it.
+fn cannot_hang_the_name_service() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("a mount namespace needs root".into());
+    }
+    if std::process::Command::new("nsenter")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Some("nsenter (util-linux) is not installed".into());
+    }
+    match std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "true"])
+        .output()
+    {
+        Err(e) => Some(format!("unshare (util-linux) cannot run: {e}")),
+        Ok(out) if !out.status.success() => Some(format!(
+            "unshare --mount --propagation private failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// A node whose name service the test hangs: it runs in a mount namespace of its own, in which
+/// [`NameService::hang_after_one`] binds a FIFO over /etc/passwd.
+struct NameService {
+    node: Node,
+    config_dir: std::path::PathBuf,
+    fifo: std::path::PathBuf,
+    served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// `[issuance]` with a local provider that is never reached (the module runs, its attempts fail
+/// and are paced), `tick` and its hostnames.
+fn issuance_section(provider: std::net::SocketAddr, tick: &str, hosts: &[String]) -> String {
+    format!(
+        "[issuance]\ntick = \"{tick}\"\n[issuance.local]\nendpoint = {{ tcp = \"{provider}\" }}\n{}",
+        hosts.concat()
+    )
+}
+
+/// A hostname entry, with `extra` keys.
+fn hostname(name: &str, extra: &str) -> String {
+    format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n{extra}")
+}
+
+impl NameService {
+    /// Starts the node with `extra` config in its own mount namespace and waits until it is ready
+    /// and its issuance module is up (its certificates answer: only a running module may take
+    /// new ones live).
+    async fn start(dir: tempfile::TempDir, extra: &str) -> NameService {
+        let config_dir = dir.path().to_owned();
+        let config = write_config(&config_dir, extra, "4s", None);
+        // `unshare` without --fork execs the node: its pid is the node's.
+        let mut command = std::process::Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private"])
+            .arg(env!("CARGO_BIN_EXE_holdfast"));
+        let node = common::spawn_with(dir, &config, command);
+        node.until_ready().await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !node
+            .get("/v1/certs")
+            .await
+            .is_ok_and(|certs| certs.contains("a.example"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the issuance module never came up"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let fifo = config_dir.join("passwd.fifo");
+        NameService {
+            node,
+            config_dir,
+            fifo,
+            served: Default::default(),
+        }
+    }
+
+    /// Binds a FIFO over the node's /etc/passwd, fed the real file at its first open and never
+    /// again: the next lookup waits for ever, as on a name service that never answers.
+    fn hang_after_one(&self) {
+        use std::sync::atomic::Ordering;
+        let passwd = std::fs::read("/etc/passwd").unwrap();
+        fifo(&self.fifo);
+        let bound = std::process::Command::new("nsenter")
+            .args([
+                "-t",
+                &self.node.child.id().to_string(),
+                "-m",
+                "mount",
+                "--bind",
+            ])
+            .arg(&self.fifo)
+            .arg("/etc/passwd")
+            .status()
+            .unwrap();
+        assert!(bound.success(), "nsenter mount --bind");
+        // The bind stays in the node's namespace; if it reached the host, undo it before failing
+        // (the host's lookups would hang on it).
+        if !std::fs::metadata("/etc/passwd").is_ok_and(|m| m.is_file()) {
+            let undone = std::process::Command::new("umount")
+                .arg("/etc/passwd")
+                .status();
+            panic!("the FIFO leaked out of the node's mount namespace (umount: {undone:?})");
+        }
+        let (fifo, served) = (self.fifo.clone(), std::sync::Arc::clone(&self.served));
+        std::thread::spawn(move || {
+            if let Ok(mut writer) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+                // The reader may close once it found its line.
+                let _ = writer.write_all(&passwd);
+                served.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+
+    /// Waits (10 s at most) until the FIFO was fed once.
+    fn until_fed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.served.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "no lookup came");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (10 s at most) until one of the node's threads waits to open the FIFO (the kernel
+    /// reports it waiting for a writer, which never comes): a lookup hangs.
+    fn until_hung(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.hung() == 0 {
+            assert!(Instant::now() < deadline, "no lookup hung");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// How many of the node's threads wait to open the FIFO.
+    fn hung(&self) -> usize {
+        let tasks = format!("/proc/{}/task", self.node.child.id());
+        let Ok(tasks) = std::fs::read_dir(tasks) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("wchan"))
+                    .is_ok_and(|wchan| wchan.trim() == "wait_for_partner")
+            })
+            .count()
+    }
+
+    /// Stops the node with SIGTERM: its exit status, how long the stop took, its log, and how
+    /// many opens the FIFO was fed.
+    fn stop(self) -> (i32, Duration, String, usize) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let began = Instant::now();
+        self.node.signal(Signal::SIGTERM);
+        let (code, _, log) = self.node.wait(Duration::from_secs(15));
+        let stopped = began.elapsed();
+        // Lets the feeder thread go if it still waits.
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.fifo);
+        let served = self.served.load(std::sync::atomic::Ordering::SeqCst);
+        (code, stopped, log, served)
+    }
+}
+
+/// Skips (loudly) when the name service cannot be hung here; whether to go on.
+fn can_hang_the_name_service() -> bool {
+    match cannot_hang_the_name_service() {
+        None => true,
+        Some(why) => {
+            holdfast_test_support::services::skip_loudly(
+                "root, util-linux and a private mount namespace",
+                &why,
+                holdfast_test_support::services::FailWhen::HarnessOrCi,
+            );
+            false
+        }
+    }
+}
+
+// A reload whose issuance check hangs in the name service (the check looks the deploy's owner up,
+// off the runtime's threads, before it takes the running modules) does not hold up the node's
+// stop. The FIFO over /etc/passwd feeds the new config's validation, which looks the owner up
+// first, and then never again, so the issuance check's lookup waits for ever.
+// r[verify node.reload.issuance-check]
+// r[verify node.reload.stopping+2]
+#[tokio::test]
+async fn a_stop_finishes_while_a_reloads_issuance_check_hangs_on_the_name_service() {
+    if !can_hang_the_name_service() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy");
+    let provider = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let first = issuance_section(provider, "1s", &[hostname("a.example", "")]);
+    // One hostname added, the same source: the running module may take it live once checked.
+    let owned = format!(
+        "deploy = {{ dir = \"{}\", owner = \"root\" }}\n",
+        deploy.display()
+    );
+    let next = issuance_section(
+        provider,
+        "1s",
+        &[hostname("a.example", ""), hostname("b.example", &owned)],
+    );
+    let hung = NameService::start(dir, &first).await;
+    hung.hang_after_one();
+    write_config(&hung.config_dir, &next, "4s", None);
+    hung.node.signal(Signal::SIGHUP);
+    until_logged(&hung.node, "SIGHUP: reloading the config");
+    hung.until_fed();
+    // The check's lookup waits on the FIFO: the reload cannot end.
+    hung.until_hung();
+    let waiting = hung.hung();
+    let log = std::fs::read_to_string(hung.node.dir.path().join("stderr.log")).unwrap();
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "reload refused").count(), 0, "{log}");
+
+    let (code, stopped, log, served) = hung.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        stopped < Duration::from_secs(4),
+        "the stop took {stopped:?}: {log}"
+    );
+    // Two lookups: the validation's, fed, and the check's, hung; the module was never restarted,
+    // so what hung was the check.
+    assert_eq!((served, waiting), (1, 1), "lookups (fed, hung)");
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(events(&log, "reload: module stopping").count(), 0, "{log}");
+}
+
+// A reload that restarts the issuance module (its tick changed) while the name service hangs: the
+// new config's validation is fed, the new instance's start then looks the deploy's owner up and
+// waits for ever. The node's stop still ends the module at once and exits 0 inside its budget,
+// rather than cutting the module off at its share (exit 3).
+// r[verify node.issuance.start-off-thread+2]
+#[tokio::test]
+async fn a_stop_finishes_while_a_restarted_issuance_module_hangs_in_its_start() {
+    if !can_hang_the_name_service() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let owned = format!(
+        "deploy = {{ dir = \"{}\", owner = \"root\" }}\n",
+        dir.path().join("deploy").display()
+    );
+    let provider = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let hosts = [hostname("a.example", &owned)];
+    let hung = NameService::start(dir, &issuance_section(provider, "1s", &hosts)).await;
+    hung.hang_after_one();
+    // Another tick: the module restarts (no live update, so no check before the lock).
+    write_config(
+        &hung.config_dir,
+        &issuance_section(provider, "2s", &hosts),
+        "4s",
+        None,
+    );
+    hung.node.signal(Signal::SIGHUP);
+    until_logged(&hung.node, "reload: module starting");
+    hung.until_fed();
+    // The restarted start's lookup waits on the FIFO.
+    hung.until_hung();
+    let waiting = hung.hung();
+
+    let (code, stopped, log, served) = hung.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        stopped < Duration::from_secs(2),
+        "the stop took {stopped:?}: {log}"
+    );
+    // Two lookups: the validation's, fed, and the restarted start's, hung.
+    assert_eq!((served, waiting), (1, 1), "lookups (fed, hung)");
+    assert_eq!(
+        events(&log, "module stop overran its budget: cut off").count(),
+        0,
+        "{log}"
+    );
+}

@@ -10,15 +10,15 @@
 //!   spans and defaults) and `locate` (spans to `FILE:LINE:COL`, did-you-mean, messages without
 //!   values);
 //! - `validate` and `gateway_validate` check the whole schema, each refusal located;
-//! - the high layer, `convert` and `gateway_convert`, turns the validated schema into each
-//!   module's own config once; `[forward]` alone is converted by the forward module from its
-//!   validated section.
+//! - the high layer, `convert`, `gateway_convert` and `forward_convert`, turns the validated schema
+//!   into each module's own config once.
 //!
 //! The config imports no module of the node (not the admin API, the modules or the forward
 //! client): they and `run` consume it, never the other way (a test below keeps it so).
 
-// i[impl node.config.layers+4]
+// i[impl node.config.layers+5]
 mod convert;
+mod forward_convert;
 mod gateway;
 mod gateway_convert;
 mod gateway_validate;
@@ -33,6 +33,7 @@ pub use convert::{
     AllowedHost, MIN_FORWARD_TOKEN_LEN, PullInputs, TagChecks, WorkloadSettings, pull_config,
     read_forward_tokens,
 };
+pub use forward_convert::{AccessSpec, Bounds, ClientGrant, ForwardSettings};
 pub use gateway::{
     AuthSection, CloseSetting, ClusterSection, DrainSection, GatewaySection, MAX_HISTORY_SIZE,
     MAX_HISTORY_TTL, MAX_LEEWAY, MAX_MESSAGE_SIZE, MAX_SEND_QUEUE, MIN_TOKEN_KEY_LEN,
@@ -127,7 +128,7 @@ mod layers {
     /// The validation's files.
     const VALIDATE: [&str; 2] = ["validate", "gateway_validate"];
     /// The conversion's files.
-    const CONVERT: [&str; 2] = ["convert", "gateway_convert"];
+    const CONVERT: [&str; 3] = ["convert", "gateway_convert", "forward_convert"];
     /// What the config may use of the crate: itself and the duration type.
     const ALLOWED: [&str; 2] = ["config", "duration"];
 
@@ -223,13 +224,13 @@ mod layers {
 
     /// The config's layers a file of module `at` must not use: the low layer neither validation
     /// nor conversion, the conversion not validation (validation uses the conversion).
-    fn above(at: &[&str]) -> &'static [&'static str] {
+    fn above(at: &[&str]) -> Vec<&'static str> {
         match at {
             ["config", file] if LOW.contains(&format!("{file}.rs").as_str()) => {
-                &["validate", "gateway_validate", "convert", "gateway_convert"]
+                VALIDATE.iter().chain(CONVERT.iter()).copied().collect()
             }
-            ["config", file] if CONVERT.contains(file) => &VALIDATE,
-            _ => &[],
+            ["config", file] if CONVERT.contains(file) => VALIDATE.to_vec(),
+            _ => Vec::new(),
         }
     }
 
@@ -252,7 +253,7 @@ mod layers {
         out
     }
 
-    // i[verify node.config.layers+4]
+    // i[verify node.config.layers+5]
     /// The config reaches into no module of the node (which made the node's modules an import
     /// cycle), and the low layer (the schema, the locating) uses neither validation nor
     /// conversion, and the conversion not validation. Every file of `config/` is checked, as it
@@ -285,7 +286,7 @@ mod layers {
         }
     }
 
-    // i[verify node.config.layers+4]
+    // i[verify node.config.layers+5]
     /// The check sees every form an import of a module can take.
     #[test]
     fn the_layering_check_sees_grouped_relative_and_inline_paths() {
@@ -313,6 +314,7 @@ mod layers {
         for text in [
             "use super::convert::X;",
             "use super::gateway_convert::X;",
+            "use super::forward_convert::X;",
             "use crate::config::{validate::y};",
             "use super::{locate::L, validate};",
         ] {

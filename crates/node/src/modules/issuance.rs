@@ -19,6 +19,7 @@ use holdfast_lifecycle::FaultBoard;
 
 use crate::module::{Module, StartError, Started, StopGroup};
 use crate::modules::hosted::spawn_hosted;
+use crate::modules::off_thread::OffThreadStart;
 use crate::slot::Slot;
 
 /// The module's name.
@@ -42,6 +43,8 @@ pub struct IssuanceModule {
     pub slot: Slot<Issuance>,
     /// Which listener answers TLS-ALPN-01 (`r[node.gateway.tls-alpn01]`).
     pub tls_alpn01: TlsAlpnListener,
+    /// Its starts, on a blocking thread each, at most one of them outstanding.
+    pub starts: OffThreadStart,
 }
 
 impl IssuanceModule {
@@ -62,6 +65,7 @@ impl IssuanceModule {
             faults,
             slot,
             tls_alpn01: TlsAlpnListener::Own,
+            starts: OffThreadStart::default(),
         }
     }
 
@@ -89,17 +93,24 @@ impl Module for IssuanceModule {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        Ok(spawn_hosted(self.slot.clone(), async move {
-            holdfast_issuance::start_with(
-                &config,
-                &this.data_dir,
-                this.seed,
-                this.clock,
-                this.faults,
-                this.tls_alpn01,
-            )
-            .await
-            .map_err(|e| e.to_string())
-        }))
+        // r[impl node.issuance.start-off-thread+2]
+        // holdfast-issuance checks the config synchronously as it starts (owners and groups
+        // looked up): on a blocking thread, the hosted task's select still sees a stop while a
+        // name service hangs, where on a runtime thread the stop would wait and be cut off. A start
+        // given up that way is stopped once it returns, before the next start may run.
+        let runtime = tokio::runtime::Handle::current();
+        let start = self.starts.run(move || {
+            runtime
+                .block_on(holdfast_issuance::start_with(
+                    &config,
+                    &this.data_dir,
+                    this.seed,
+                    this.clock,
+                    this.faults,
+                    this.tls_alpn01,
+                ))
+                .map_err(|e| e.to_string())
+        });
+        Ok(spawn_hosted(self.slot.clone(), start))
     }
 }

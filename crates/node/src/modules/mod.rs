@@ -4,6 +4,7 @@ pub mod forward;
 pub mod gateway;
 pub mod hosted;
 pub mod issuance;
+pub mod off_thread;
 pub mod pull;
 #[cfg(feature = "testing-modules")]
 pub mod testing;
