@@ -945,3 +945,85 @@ fn lowering_a_rules_level_excuses_no_loss_in_the_change() {
         "{markdown}"
     );
 }
+
+/// The fates of `rule`'s `verb` annotations in `review`, in order.
+fn fates(review: &Review, verb: &str) -> Vec<Fate> {
+    review
+        .annotations
+        .iter()
+        .filter(|a| a.verb == verb)
+        .map(|a| a.fate)
+        .collect()
+}
+
+// An annotation of another verb is never where one of this verb moved to: not on the same item
+// in another file, nor on another item in the same file.
+// i[verify spec-check.review.annotations]
+// i[verify spec-check.review.items+2]
+#[test]
+fn an_annotation_of_another_verb_is_no_move_of_this_one() {
+    let lib = LIB.replace(
+        "// r[impl demo.beta]\npub fn beta() {}\n",
+        "pub fn beta() {}\n",
+    );
+    // A test of the same name in another file.
+    let mut head = tree(SPEC, &lib);
+    head.insert(
+        "src/other.rs",
+        "// r[verify demo.beta]\n#[test]\nfn beta() {\n    super::beta();\n}\n",
+    );
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    assert_eq!(
+        fates(&review, "impl"),
+        [Fate::Dropped],
+        "{:?}",
+        review.annotations
+    );
+    assert_eq!(
+        fates(&review, "verify"),
+        [Fate::Added],
+        "{:?}",
+        review.annotations
+    );
+    // Another test in the same file.
+    let same_file = lib.replace(
+        "    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {",
+        "    // r[verify demo.beta]\n    #[test]\n    fn beta_again() {\n        super::beta();\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {",
+    );
+    assert_ne!(same_file, lib, "the second test was added");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &same_file));
+    assert_eq!(
+        fates(&review, "impl"),
+        [Fate::Dropped],
+        "{:?}",
+        review.annotations
+    );
+    assert_eq!(
+        fates(&review, "verify"),
+        [Fate::Added],
+        "{:?}",
+        review.annotations
+    );
+}
+
+// An annotation on another item in another file is a drop and an addition, not a move.
+// i[verify spec-check.review.annotations]
+// i[verify spec-check.review.items+2]
+#[test]
+fn another_item_in_another_file_is_no_move() {
+    let lib = LIB.replace(
+        "// r[impl demo.beta]\npub fn beta() {}\n",
+        "pub fn beta() {}\n",
+    );
+    let mut head = tree(SPEC, &lib);
+    head.insert("src/other.rs", "// r[impl demo.beta]\npub fn gamma() {}\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    let mut impls = fates(&review, "impl");
+    impls.sort_by_key(|f| format!("{f:?}"));
+    assert_eq!(
+        impls,
+        [Fate::Added, Fate::Dropped],
+        "{:?}",
+        review.annotations
+    );
+}
