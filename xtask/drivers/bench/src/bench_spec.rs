@@ -39,7 +39,7 @@
 //! pool, and every run's output must be the first's, byte for byte.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -77,13 +77,48 @@ struct Size {
     annotations: usize,
 }
 
+/// The arguments of `holdfast-bench spec-check`, which `cargo xtask bench spec-check` passes on.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The generated trees' sizes as multiples of this workspace's.
+    #[arg(long, alias = "scales", value_delimiter = ',', default_values_t = [1, 10, 30])]
+    scale: Vec<usize>,
+    /// The xtask binary whose commands are timed (xtask passes its own).
+    #[arg(long)]
+    xtask: PathBuf,
+    /// That binary's build profile, as the table and the summary name it (xtask passes its own).
+    #[arg(long, default_value = "unknown")]
+    xtask_profile: String,
+}
+
+/// Runs the bench with `args` on the workspace at `root`.
+pub fn run(root: &Path, args: &Args) -> anyhow::Result<ExitCode> {
+    let xtask = &args.xtask;
+    run_on(root, &args.scale, &args.xtask_profile, &|| {
+        Command::new(xtask)
+    })
+}
+
 /// Runs the bench on trees `scales` times the size of the workspace at `root`, timing the
-/// commands of `xtask()` (this binary; a stand-in in tests) on the wall clock.
+/// commands of `xtask()` (the xtask binary, built with `profile`; a stand-in in tests) on the
+/// wall clock.
 // i[impl bench.spec-check+6]
-pub fn run(root: &Path, scales: &[usize], xtask: &dyn Fn() -> Command) -> anyhow::Result<ExitCode> {
+fn run_on(
+    root: &Path,
+    scales: &[usize],
+    profile: &str,
+    xtask: &dyn Fn() -> Command,
+) -> anyhow::Result<ExitCode> {
     let origin = Instant::now();
-    let text = bench(root, scales, xtask, &|| origin.elapsed(), &children_cpu)?;
-    crate::output::print(&text);
+    let text = bench(
+        root,
+        scales,
+        profile,
+        xtask,
+        &|| origin.elapsed(),
+        &children_cpu,
+    )?;
+    holdfast_harness::output::print(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,6 +189,7 @@ fn children_ticks(stat: &str) -> Option<u64> {
 fn bench(
     root: &Path,
     scales: &[usize],
+    profile: &str,
     xtask: &dyn Fn() -> Command,
     clock: &dyn Fn() -> Duration,
     cpu: &dyn Fn() -> Option<Duration>,
@@ -308,11 +344,6 @@ fn bench(
         Some(timed)
     } else {
         None
-    };
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
     };
     let seconds = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     let mut text = format!(
@@ -703,7 +734,7 @@ mod tests {
     /// is on) and exits 1, as spec-check and trace do on the generated tree's open findings, or 2
     /// (a failure) when called as `fail`; with `fail` = `cache`, it prints another output when
     /// the cache is on.
-    fn workspace_and_xtask(root: &Path, fail: &str) -> crate::stand_in::Script {
+    fn workspace_and_xtask(root: &Path, fail: &str) -> holdfast_harness::stand_in::Script {
         let size = Size {
             rules: 4,
             files: 10,
@@ -711,7 +742,7 @@ mod tests {
         };
         generate(root, size, RULES_PER_SPEC).expect("workspace");
         let calls = root.join("calls");
-        crate::stand_in::Script::new(
+        holdfast_harness::stand_in::Script::new(
             root,
             "xtask.sh",
             &format!(
@@ -769,7 +800,7 @@ mod tests {
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "none");
         // Unordered and repeated: each scale once, smallest first.
-        let code = run(&root, &[3, 1, 3], &|| xtask.command()).expect("run");
+        let code = run_on(&root, &[3, 1, 3], "release", &|| xtask.command()).expect("run");
         assert_eq!(code, ExitCode::SUCCESS);
         let (calls, trees) = calls(&root);
         let mut expected = Vec::new();
@@ -932,6 +963,7 @@ mod tests {
         let text = bench(
             &root,
             &[1, 10, 30],
+            "release",
             &|| xtask.command(),
             &scripted(&runs),
             &|| Some(cpu()),
@@ -1056,7 +1088,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "serial");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("another output");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output on one parse thread than on the pool"),
@@ -1080,7 +1112,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "cache");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("another output");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output with the read cache than without"),
@@ -1104,7 +1136,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "trace");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("trace failed");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("trace failed");
         assert!(err.to_string().contains("`trace --all` failed"), "{err}");
         let (calls, trees) = calls(&root);
         // Left for a look (the error names it).
@@ -1116,9 +1148,12 @@ mod tests {
         );
         assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());
-        assert!(run(&root, &[], &|| xtask.command()).is_err(), "no scale");
         assert!(
-            run(&root, &[0], &|| xtask.command()).is_err(),
+            run_on(&root, &[], "release", &|| xtask.command()).is_err(),
+            "no scale"
+        );
+        assert!(
+            run_on(&root, &[0], "release", &|| xtask.command()).is_err(),
             "a zero scale"
         );
     }
