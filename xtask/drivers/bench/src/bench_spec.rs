@@ -1,7 +1,8 @@
 //! `cargo xtask bench spec-check` — the spec tools on generated trees 1, 10 and 30 times this
 //! workspace's size (`--scale 1,10,30`): each with that many times the rules, source files and
 //! annotations, on which `spec-check`, `trace --all` and `spec-report` are each timed (median of
-//! three runs of this binary). The target is 1 s each on the 10× tree, and the cost linear: the
+//! three runs of the xtask binary given: `cargo xtask bench spec-check` passes its own, and its
+//! build profile, to this driver). The target is 1 s each on the 10× tree, and the cost linear: the
 //! 30× time over the 10× time is reported beside the 3 the sizes' ratio allows. Like the other
 //! benches, a missed target is reported, not failed (a shared 2-core machine is noisy). The
 //! summary goes to `target/bench/spec-check.json`.
@@ -14,24 +15,38 @@
 //! this shared 2-core machine the same binary's CPU time at 10× has ranged from 1.7 s (load about
 //! 12) to 3.0 s (load about 20).
 //!
-//! Where the time goes. `perf` over one uncached `trace --all` on the 10× tree put 84 % of its CPU
-//! in reading the source files: 45 % in tracey-core's code-unit parse and 38 % in its reference
-//! parse, each its own tree-sitter parse of the file (tracey-core offers the two only as separate
-//! calls). The engine now parses a Rust file once for both (`spec_check::rust_read`, held to
-//! tracey-core's answers on every Rust file of the workspace and the shape fixtures) and runs
-//! pulldown-cmark only on comments that hold a `[`. Measured with this command (release, default
-//! scales), before (76aaefe) at load about 20 and after (f40f851) at load about 6–11, CPU median of
-//! three uncached runs at 1×/10×/30×: spec-check 0.33/3.01/11.25 s → 0.23/1.89/5.19 s, `trace
-//! --all` 0.27/2.77/10.57 s → 0.16/1.53/4.85 s, spec-report 0.46/3.15/12.56 s → 0.21/2.08/6.31 s.
-//! The two builds run alternately on one 30× tree (same load, `HOLDFAST_SPEC_CACHE=off
-//! /usr/bin/time xtask COMMAND --root TREE`): `trace --all` 6.86 and 7.76 s → 4.23 and 4.19 s of
-//! CPU, spec-check 7.87 → 4.54 s, spec-report 8.95 → 6.38 s, outputs identical. The target (1 s at
-//! 10×) is still MISSED on this loaded machine: after the change, `perf` over one uncached `trace
-//! --all` on the 30× tree puts about half its CPU in tree-sitter's one parse and the rest spread
-//! over path-keyed map lookups (`compare_components`), line splitting and allocation, not yet cut.
-//! Warm on the read cache the same commands took 0.59, 0.56 and 1.13 s of CPU at 10× (after).
-//! Source files hold about four annotations each; a cost that grows faster than linearly in one
-//! file's annotations is not exercised (the workspace's densest file has 65).
+//! Where the time goes. `perf record --call-graph dwarf` over one uncached release run of
+//! spec-check and one of spec-report on the 10× tree (4840 rules, 5082 files, 33880
+//! annotations), at 1d7517d: spec-check spends 65 % of its CPU reading Rust files (`rust_read::read`: 44 % in
+//! tree-sitter's one parse, 20 % in the walk of its tree, 7.5 % of it in the comments' references
+//! and 4.4 % in pulldown-cmark masking code spans), 9.6 % in the proofs' fingerprints (the items
+//! each annotation stands for, normalised and hashed), 7.7 % in marq reading the specs and 6.8 %
+//! in `coverage::analyse`; `std::path::compare_components` (the path-keyed maps, in
+//! `coverage::analyse`, `in_cfg_test`, `test_backed::tests_shown` and the trace) is 6 % of
+//! spec-check and 10 % of spec-report, which also computes every fingerprint twice (once for the
+//! gate's notes, once in the trace: 16 % of its CPU). Cut since: pulldown-cmark runs only on a
+//! comment holding a backtick or a tilde (without one markdown has no code; `CommentRefs::comment`
+//! 5.5 % → 2.4 % of spec-report), and a Rust layout keeps its file's text once with a line table
+//! instead of a `String` per line and gives an item's bytes from that table instead of a scan
+//! of the file from its top per annotation (`items::item_at` 6.1 % → 4.5 %). Not cut: files
+//! with no annotation skipping the parse would save at most the 5 % of the generated tree's files
+//! that hold none (plain code, and the crates' `lib.rs`, which `in_cfg_test` needs for its
+//! `#[cfg(test)] mod` declarations), and none in spec-report, whose spec debt needs the code
+//! units of every file under a crate's `src/`; the parse already runs on the pool (the serial
+//! run below is the comparison). Figures of this command (`cargo xtask bench spec-check`,
+//! release, default scales) at 9994dfc, at load 7 to 12 on this shared 2-core machine, CPU
+//! median of three uncached runs at 1×/10×/30×: spec-check 0.15/1.68/5.41 s, `trace --all`
+//! 0.15/1.68/4.60 s, spec-report 0.21/2.10/6.76 s (30×/10× 3.2, 2.7 and 3.2: linear within the
+//! bench's 1.25 slack of 3); wall 0.23/3.54/13.33 s, 0.20/3.60/13.78 s and 0.70/4.42/26.13 s, a
+//! wall that at this load is mostly the wait for a core (the 30×/10× wall ratios, 3.8 to 5.9,
+//! are reported NOT LINEAR for it). The target (1 s at 10×) is MISSED in CPU and in wall. The
+//! two changes, alternated with the build before them on one 10× tree (`HOLDFAST_SPEC_CACHE=off
+//! /usr/bin/time xtask COMMAND --root TREE`, CPU median of five at load about 8): spec-check
+//! 1.71 → 1.50 s, `trace --all` 1.97 → 1.66 s, spec-report 2.08 → 1.90 s, outputs identical;
+//! the load's noise (about ±0.2 s) is the size of the gain. Warm on the read cache at 10×: 0.62,
+//! 0.54 and 1.22 s of CPU. Source files hold about four annotations each; a cost that grows
+//! faster than linearly in one file's annotations is not exercised (the workspace's densest file
+//! has 65).
 //!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
