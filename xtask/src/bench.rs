@@ -103,7 +103,7 @@ fn forward_flags_only_for_forward(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// holdfast-bench's command line for the retry, gateway or forward suite.
+/// holdfast-bench's command line for the retry, gateway, forward or spec-check suite.
 fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
     let mut line: Vec<std::ffi::OsString> = Vec::new();
     match args.suite {

@@ -291,7 +291,8 @@ pub struct Tree {
     rules: Vec<rules::Rule>,
     /// One analysis per spec/impl pair (read through [`Tree::analyses`]).
     analyses: Vec<coverage::Analysis>,
-    /// Every scanned source file.
+    /// Every scanned source file. Never changed after [`read_tree`]: the fingerprints computed
+    /// once per tree ([`Tree::fingerprint`]) hash these files' items.
     pub parsed: sources::ParsedFiles,
     /// Problems reading the specs and sources (not yet the coverage problems).
     pub problems: Vec<Problem>,
@@ -304,9 +305,11 @@ pub struct Tree {
     fingerprints: Fingerprints,
 }
 
-/// The fingerprints a tree has computed, by rule definition (spec file and line).
-type Fingerprints =
-    std::sync::Mutex<std::collections::HashMap<(String, usize), crate::model::proof::Fingerprint>>;
+/// The fingerprints a tree has computed, by rule definition (its marker, spec file and line: a
+/// rule of another tree at the same place misses rather than takes this one's).
+type Fingerprints = std::sync::Mutex<
+    std::collections::HashMap<(String, String, usize), crate::model::proof::Fingerprint>,
+>;
 
 /// Where each rule's entries lie, so tracing every rule costs one pass over the tree rather than
 /// a walk of every rule per rule (quadratic in the tree's size).
@@ -376,7 +379,7 @@ impl Tree {
         rule: &rules::Rule,
         compute: impl FnOnce() -> crate::model::proof::Fingerprint,
     ) -> crate::model::proof::Fingerprint {
-        let key = (rule.file.clone(), rule.line);
+        let key = (rule.marker(), rule.file.clone(), rule.line);
         if let Some(known) = self
             .fingerprints
             .lock()
@@ -524,7 +527,9 @@ mod tests {
     }
 
     // A rule's fingerprint is computed once per tree and each rule keeps its own: asked again,
-    // every rule's is what computing it gives.
+    // every rule's is what computing it gives; a rule of another tree at the same place is not
+    // given this one's.
+    // i[verify prove.fingerprint]
     #[test]
     fn each_rule_keeps_its_own_fingerprint_once_computed() {
         let tree = Memory::new([
@@ -555,5 +560,16 @@ mod tests {
                 print
             );
         }
+        let mut foreign = read.rules()[0].clone();
+        foreign.id = read.rules()[1].id.clone();
+        let mut computed = false;
+        read.fingerprint(&foreign, || {
+            computed = true;
+            first[1].clone()
+        });
+        assert!(
+            computed,
+            "another rule at the same place is computed, not taken from the cache"
+        );
     }
 }
