@@ -1,10 +1,9 @@
-//! `cargo xtask bench SUITE`: the command line of the benchmarks. The retry, gateway and forward
-//! suites are holdfast-bench's (`xtask/drivers/bench`, run with `cargo run -p`, see `drivers`),
-//! which builds and runs each suite's benches and writes its summary under `target/bench/`; the
-//! spec-check suite runs this xtask on generated trees.
+//! `cargo xtask bench SUITE`: the command line of the benchmarks. Every suite is holdfast-bench's
+//! (`xtask/drivers/bench`, run with `cargo run -p`, see `drivers`), which builds and runs each
+//! suite's benches and writes its summary under `target/bench/`; the spec-check suite times this
+//! xtask binary (passed on with its build profile) on generated trees.
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use anyhow::Context;
 
@@ -38,8 +37,9 @@ pub struct Args {
     /// retry suite: number of failing keys in the gate benches (default: holdfast-bench's).
     #[arg(long)]
     keys: Option<u64>,
-    /// spec-check suite: the generated trees' sizes as multiples of this workspace's (`1,10,30`).
-    #[arg(long, alias = "scales", value_delimiter = ',', default_values_t = [1, 10, 30])]
+    /// spec-check suite: the generated trees' sizes as multiples of this workspace's (default:
+    /// holdfast-bench's, 1,10,30).
+    #[arg(long, alias = "scales", value_delimiter = ',')]
     scale: Vec<usize>,
     /// gateway suite: clients per fleet (at least one: the figures are per connection; default:
     /// holdfast-bench's).
@@ -61,20 +61,26 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     forward_flags_only_for_forward(&args)?;
-    match args.suite {
-        // The retry, gateway and forward suites are holdfast-bench's (xtask/drivers/bench), which
-        // prints the banner itself.
-        Suite::Retry | Suite::Gateway | Suite::Forward => {
-            crate::drivers::run("holdfast-bench", &driver_args(&args))
-        }
-        Suite::SpecCheck => {
-            let root = workspace_root()?;
-            crate::output::print(&crate::root::banner(&root));
-            let exe = std::env::current_exe().context("finding the xtask binary")?;
-            crate::bench_spec::run(&root, &args.scale, &|| Command::new(&exe))
-        }
+    let mut line = driver_args(&args);
+    // The spec-check suite times this very binary: the driver is told where it is and how it was
+    // built.
+    if matches!(args.suite, Suite::SpecCheck) {
+        let exe = std::env::current_exe().context("finding the xtask binary")?;
+        line.push("--xtask".into());
+        line.push(exe.into());
+        line.push("--xtask-profile".into());
+        line.push(PROFILE.into());
     }
+    // Every suite is holdfast-bench's (xtask/drivers/bench), which prints the banner itself.
+    crate::drivers::run("holdfast-bench", &line)
 }
+
+/// This binary's build profile, as the spec-check suite's table names it.
+const PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
 
 /// `--quick`, `--iperf` and `--profile` change the forward suite alone: given to another, they
 /// would be ignored, so they are refused.
@@ -97,7 +103,7 @@ fn forward_flags_only_for_forward(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// holdfast-bench's command line for the retry, gateway or forward suite.
+/// holdfast-bench's command line for the retry, gateway, forward or spec-check suite.
 fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
     let mut line: Vec<std::ffi::OsString> = Vec::new();
     match args.suite {
@@ -123,7 +129,14 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
             given(&mut line, "--measurement-secs", args.measurement_secs);
             given(&mut line, "--keys", args.keys);
         }
-        Suite::SpecCheck => {}
+        Suite::SpecCheck => {
+            line.push("spec-check".into());
+            if !args.scale.is_empty() {
+                let scales: Vec<String> = args.scale.iter().map(ToString::to_string).collect();
+                line.push("--scale".into());
+                line.push(scales.join(",").into());
+            }
+        }
     }
     line
 }
@@ -134,11 +147,6 @@ fn given(line: &mut Vec<std::ffi::OsString>, flag: &str, value: Option<impl ToSt
         line.push(flag.into());
         line.push(value.to_string().into());
     }
-}
-
-/// The checkout this runs in (never the one xtask was built from; see `i[xtask.root]`).
-fn workspace_root() -> anyhow::Result<PathBuf> {
-    crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
 #[cfg(test)]
@@ -187,6 +195,15 @@ mod tests {
             ["forward", "--quick"]
         );
         assert_eq!(line(&["bench", "forward"]), ["forward"]);
+        assert_eq!(
+            line(&["bench", "spec-check", "--scale", "1,10"]),
+            ["spec-check", "--scale", "1,10"]
+        );
+        assert_eq!(
+            line(&["bench", "spec-check", "--scales", "3"]),
+            ["spec-check", "--scale", "3"]
+        );
+        assert_eq!(line(&["bench", "spec-check"]), ["spec-check"]);
         assert_eq!(
             line(&["bench", "forward", "--quick", "--iperf"]),
             ["forward", "--quick", "--iperf"]

@@ -1,5 +1,5 @@
-//! The drivers that live in crates of their own: the drain demo and the retry, gateway and forward
-//! benchmark drivers (`xtask/drivers/`), the .deb build (`xtask/dist`) and the parity with a real
+//! The drivers that live in crates of their own: the drain demo and the retry, gateway, forward and
+//! spec-check benchmark drivers (`xtask/drivers/`), the .deb build (`xtask/dist`) and the parity with a real
 //! tracey (`xtask/parity`). Each is a binary outside the workspace's `default-members`, with the
 //! dependencies xtask itself does without (holdfast-gateway, tokio-tungstenite, plotters, and
 //! whatever the gate does not need); the commands here build and run it with `cargo run -p`, the way
@@ -28,7 +28,7 @@ pub fn command(workspace: &Path, package: &str, args: &[OsString]) -> Command {
     command
 }
 
-// i[impl xtask.layout+2]
+// i[impl xtask.layout+3]
 /// Runs the driver `package` with `args` for the checkout above the current directory, in place
 /// of this process; returns only when cargo could not be started.
 pub fn run(package: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {

@@ -19,8 +19,8 @@
 //! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
 //! (`xtask/engine`), and `spec-check --base` over spec-git (`xtask/git`), which reads a git
 //! revision's tree; `prove` plans from the tree it reads. The drivers are crates of their own,
-//! run the same way (`cargo run -p`, see `drivers`): the drain demo and the retry suite's, the
-//! gateway's and forward's benchmark drivers under `xtask/drivers/`, holdfast-dist (`xtask/dist/`)
+//! run the same way (`cargo run -p`, see `drivers`): the drain demo and the retry, gateway, forward
+//! and spec-check benchmark drivers under `xtask/drivers/`, holdfast-dist (`xtask/dist/`)
 //! and spec-parity (`xtask/parity/`). The real services and processes that the test runner and
 //! the drain demo both start are holdfast-harness (`xtask/harness/`), over holdfast-command
 //! (`xtask/command/`: the root, cargo and printing every command shares); `test` is a command line
@@ -28,7 +28,6 @@
 
 mod attack;
 mod bench;
-mod bench_spec;
 mod dist;
 mod drain_demo;
 mod drivers;
@@ -40,9 +39,7 @@ mod spec_report;
 mod trace;
 mod tracey_parity;
 
-// Finding the root, printing, and the tests' stand-ins are shared with the drivers.
-#[cfg(test)]
-use holdfast_harness::stand_in;
+// Finding the root and printing are shared with the drivers.
 use holdfast_harness::{output, root};
 
 use std::process::ExitCode;

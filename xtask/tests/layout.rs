@@ -80,7 +80,7 @@ fn builds(metadata: &Value, package: &str) -> BTreeSet<String> {
     seen.into_iter().map(|id| name_of[id].to_owned()).collect()
 }
 
-// i[verify xtask.layout+2]
+// i[verify xtask.layout+3]
 #[test]
 fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     let metadata = metadata();
@@ -192,8 +192,9 @@ fn the_test_runner_judges_through_the_engine_and_the_shared_harness_builds_no_en
         );
     }
     assert!(builds(&metadata, "xtask").contains("holdfast-test-runner"));
-    // What the drain demo and the benchmark drivers share stays free of the engine.
-    for shared in ["holdfast-harness", "holdfast-drain-demo", "holdfast-bench"] {
+    // What the drain demo and the benchmark drivers share stays free of the engine, and so does
+    // the drain demo. (holdfast-bench's spec-check suite reads the workspace's size with it.)
+    for shared in ["holdfast-harness", "holdfast-drain-demo"] {
         assert!(
             !builds(&metadata, shared).contains("spec-engine"),
             "{shared} builds spec-engine"
@@ -252,7 +253,7 @@ fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Opti
     (status.code(), called)
 }
 
-// i[verify xtask.layout+2]
+// i[verify xtask.layout+3]
 #[test]
 fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -302,6 +303,21 @@ fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory
             "{args:?}: {called}"
         );
     }
+    // The spec-check suite's driver times this very binary: it is told its path and profile.
+    let (code, called) = with_stand_in_cargo(&sub, &["bench", "spec-check", "--scale", "1"], 0);
+    assert_eq!(code, Some(0), "{called}");
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    assert!(
+        called.trim_end().ends_with(&format!(
+            "-p holdfast-bench -- spec-check --scale 1 --xtask {} --xtask-profile {profile}",
+            std::path::Path::new(env!("CARGO_BIN_EXE_xtask")).display()
+        )),
+        "{called}"
+    );
 }
 
 /// The crates split out of xtask import their modules one way: a module names (`crate::m`) only

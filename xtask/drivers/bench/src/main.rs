@@ -1,17 +1,20 @@
-//! holdfast-bench: the retry, gateway and forward benchmark drivers, run by
+//! holdfast-bench: the retry, gateway, forward and spec-check benchmark drivers, run by
 //! `cargo xtask bench retry [--warm-up-secs S] [--measurement-secs S] [--keys N]`,
-//! `cargo xtask bench gateway [--connections N]` and `cargo xtask bench forward [--quick] [--iperf] [--profile]`.
+//! `cargo xtask bench gateway [--connections N]`, `cargo xtask bench forward [--quick] [--iperf] [--profile]`
+//! and `cargo xtask bench spec-check [--scale 1,10,30]`.
 //!
 //! Each builds its crate's bench binaries with cargo (`bench_retry`: holdfast-retry's `gate`,
 //! `memory` and `herd` benches; `bench_gateway`: holdfast-gateway's `gateway_bench` example in
 //! release; `bench_forward`: holdfast-forward's `relay` bench), runs them, turns its
 //! raw `RESULT` line into a summary with the targets and whether this run met them, writes
-//! it under `target/bench/` and prints a table. They are a crate of their own, outside the
+//! it under `target/bench/` and prints a table; `bench_spec` times the xtask binary it is given
+//! (xtask passes its own) on generated trees. They are a crate of their own, outside the
 //! workspace's `default-members`, so that xtask (the spec gate) builds none of this.
 
 mod bench_forward;
 mod bench_gateway;
 mod bench_retry;
+mod bench_spec;
 mod iperf;
 
 use std::process::{Command, ExitCode};
@@ -22,7 +25,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "holdfast-bench",
     bin_name = "cargo xtask bench",
-    about = "The retry, gateway and forward benchmark drivers (cargo xtask bench retry|gateway|forward)"
+    about = "The retry, gateway, forward and spec-check benchmark drivers (cargo xtask bench retry|gateway|forward|spec-check)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,6 +55,9 @@ enum Suite {
         #[arg(long)]
         profile: bool,
     },
+    /// spec-check, trace and spec-report (of the xtask binary given) on generated trees 1, 10 and
+    /// 30 times the workspace's size.
+    SpecCheck(bench_spec::Args),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +107,7 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
                 iperf.then_some(&measure as bench_forward::Iperf<'_>),
             )
         }
+        Suite::SpecCheck(args) => bench_spec::run(&root, &args),
     }
 }
 

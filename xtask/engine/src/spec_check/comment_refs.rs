@@ -13,7 +13,8 @@
 //! answer on every Rust file of the workspace and of the fixture trees.
 //!
 //! Markdown is parsed only where it can matter: a comment, or a group of comment lines, without a
-//! `[` holds no reference whatever its code spans are.
+//! `[` holds no reference whatever its code spans are, and a text without a backtick or a tilde
+//! has no code span or fenced block to read through.
 
 use std::path::Path;
 
@@ -241,8 +242,18 @@ fn rule_id(id: &str) -> Option<tracey_core::RuleId> {
 }
 
 /// Which bytes of `text` are markdown code, read with its common indentation removed: inline code
-/// spans and fenced code blocks (an indented block is not code here).
+/// spans and fenced code blocks (an indented block is not code here). Empty when no byte is: a
+/// code span needs a backtick and a fence backticks or tildes, so a text with neither is not
+/// parsed.
 fn code_mask(text: &str) -> Vec<bool> {
+    if !text.contains(['`', '~']) {
+        return Vec::new();
+    }
+    markdown_code(text)
+}
+
+/// [`code_mask`] by pulldown-cmark's reading of `text`, a byte per byte of it.
+fn markdown_code(text: &str) -> Vec<bool> {
     let indent = text
         .split_inclusive('\n')
         .filter_map(|line| {
@@ -324,8 +335,12 @@ fn line_comment(line: &str) -> Option<(LineKind, usize)> {
 
 /// Which bytes of `source` are markdown code within a group of two or more consecutive lines whose
 /// first `//` comments are of one kind, each group read as one text of the comments' bodies
-/// joined by newlines. Only groups holding a `[` are read: no other can hide a reference.
+/// joined by newlines. Only groups holding a `[` are read: no other can hide a reference. Empty
+/// when no byte is code: a source without a backtick or a tilde has no code span or fence.
 fn group_mask(source: &str) -> Vec<bool> {
+    if !source.contains(['`', '~']) {
+        return Vec::new();
+    }
     let mut mask = vec![false; source.len()];
     let mut starts = vec![0];
     starts.extend(
@@ -377,4 +392,31 @@ fn group_mask(source: &str) -> Vec<bool> {
         index = next;
     }
     mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        // What lets a text without a backtick or a tilde skip the markdown parse: markdown finds
+        // no code in it, whatever else it holds (brackets, quotes, lists, indented blocks).
+        #[test]
+        fn markdown_finds_no_code_in_a_text_without_backtick_or_tilde(
+            text in "([ a-z0-9\\[\\]>*_#|.()!:<-]|\n|    ){0,80}"
+        ) {
+            proptest::prop_assert!(!markdown_code(&text).contains(&true), "{text:?}");
+            proptest::prop_assert!(code_mask(&text).is_empty());
+        }
+    }
+
+    // The premise can fail: with a backtick or a fence, markdown finds code, and the mask says so.
+    #[test]
+    fn a_code_span_or_a_fence_is_masked() {
+        for text in ["see `r[impl a.b]` here", "~~~\nr[impl a.b]\n~~~\n"] {
+            let mask = code_mask(text);
+            let at = text.find("r[").expect("a reference");
+            assert_eq!(mask.get(at), Some(&true), "{text:?}");
+        }
+    }
 }

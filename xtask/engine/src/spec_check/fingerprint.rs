@@ -61,6 +61,11 @@ fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>, verify: bool) -
 /// The fingerprint of `rule`'s evidence in `tree` now.
 // i[impl prove.fingerprint]
 pub fn of(tree: &Tree, rule: &Rule) -> Fingerprint {
+    tree.fingerprint(rule, || compute(tree, rule))
+}
+
+/// [`of`], computed.
+fn compute(tree: &Tree, rule: &Rule) -> Fingerprint {
     let (text, _) = super::rule_text::rule_text(rule);
     let impls = items(
         tree,

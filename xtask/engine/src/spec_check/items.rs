@@ -27,9 +27,12 @@ pub struct Item {
 pub fn item_at(path: &Path, content: &str, layout: Option<&RustLayout>, line: usize) -> Item {
     let comments = Comments::of(path);
     let found = match layout {
-        Some(layout) => layout
-            .item_at(line)
-            .and_then(|item| Some((item.describe(), line_range(content, item.start, item.end)?))),
+        Some(layout) => layout.item_at(line).and_then(|item| {
+            Some((
+                item.describe(),
+                lines_of(content, Some(layout), item.start, item.end)?,
+            ))
+        }),
         None => code_units::extract(path, content)
             .units
             .into_iter()
@@ -105,7 +108,7 @@ pub fn impl_items_at(
             .into_iter()
             .skip(1)
             .filter_map(|item| {
-                let text = content.get(line_range(content, item.start, item.end)?)?;
+                let text = content.get(lines_of(content, Some(layout), item.start, item.end)?)?;
                 Some(Item {
                     head: item.describe(),
                     text: normalise(text, comments),
@@ -176,8 +179,25 @@ fn fn_body(content: &str, line: usize) -> Option<&str> {
     None
 }
 
+/// [`line_range`] from `layout`'s line table when it is `content`'s, without a scan of the text.
+fn lines_of(
+    content: &str,
+    layout: Option<&RustLayout>,
+    start: usize,
+    end: usize,
+) -> Option<std::ops::Range<usize>> {
+    match layout {
+        Some(layout) if layout.fits(content) => layout.line_range(start, end),
+        _ => line_range(content, start, end),
+    }
+}
+
 /// The byte range of 1-based lines `start..=end` of `content`.
-fn line_range(content: &str, start: usize, end: usize) -> Option<std::ops::Range<usize>> {
+pub(super) fn line_range(
+    content: &str,
+    start: usize,
+    end: usize,
+) -> Option<std::ops::Range<usize>> {
     let mut starts = std::iter::once(0).chain(content.match_indices('\n').map(|(i, _)| i + 1));
     let from = starts.nth(start.checked_sub(1)?)?;
     let to = starts.nth(end.checked_sub(start)?).unwrap_or(content.len());

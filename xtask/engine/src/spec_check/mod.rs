@@ -291,7 +291,8 @@ pub struct Tree {
     rules: Vec<rules::Rule>,
     /// One analysis per spec/impl pair (read through [`Tree::analyses`]).
     analyses: Vec<coverage::Analysis>,
-    /// Every scanned source file.
+    /// Every scanned source file. Never changed after [`read_tree`]: the fingerprints computed
+    /// once per tree ([`Tree::fingerprint`]) hash these files' items.
     pub parsed: sources::ParsedFiles,
     /// Problems reading the specs and sources (not yet the coverage problems).
     pub problems: Vec<Problem>,
@@ -299,7 +300,16 @@ pub struct Tree {
     pub notes: Vec<String>,
     /// The lookups a trace of every rule makes, built on the first one (see [`Tree::rule`]).
     index: std::sync::OnceLock<Index>,
+    /// Each rule's evidence fingerprint, by its definition's file and line, once computed: the
+    /// gate's proof notes and the trace both ask for every rule's (see [`Tree::fingerprint`]).
+    fingerprints: Fingerprints,
 }
+
+/// The fingerprints a tree has computed, by rule definition (its marker, spec file and line: a
+/// rule of another tree at the same place misses rather than takes this one's).
+type Fingerprints = std::sync::Mutex<
+    std::collections::HashMap<(String, String, usize), crate::model::proof::Fingerprint>,
+>;
 
 /// Where each rule's entries lie, so tracing every rule costs one pass over the tree rather than
 /// a walk of every rule per rule (quadratic in the tree's size).
@@ -322,6 +332,7 @@ impl Tree {
             problems: Vec::new(),
             notes: Vec::new(),
             index: std::sync::OnceLock::new(),
+            fingerprints: Fingerprints::default(),
         }
     }
 
@@ -361,6 +372,29 @@ impl Tree {
         self.index().by_base.get(base).map(|&at| &self.rules[at])
     }
 
+    /// `compute`'s fingerprint of `rule`, one of this tree's rules, computed once per tree: what
+    /// it hashes (the rule's text and the items of its sites) cannot change after [`read_tree`].
+    pub(crate) fn fingerprint(
+        &self,
+        rule: &rules::Rule,
+        compute: impl FnOnce() -> crate::model::proof::Fingerprint,
+    ) -> crate::model::proof::Fingerprint {
+        let key = (rule.marker(), rule.file.clone(), rule.line);
+        if let Some(known) = self
+            .fingerprints
+            .lock()
+            .ok()
+            .and_then(|seen| seen.get(&key).cloned())
+        {
+            return known;
+        }
+        let print = compute();
+        if let Ok(mut seen) = self.fingerprints.lock() {
+            seen.insert(key, print.clone());
+        }
+        print
+    }
+
     /// Every analysis's entry for the rule defined at `rule`'s file and line, in analysis order.
     pub fn coverage_of<'a>(
         &'a self,
@@ -384,6 +418,7 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         problems: Vec::new(),
         notes: Vec::new(),
         index: std::sync::OnceLock::new(),
+        fingerprints: Fingerprints::default(),
     };
     for spec in &config.specs {
         let extracted = rules::extract(source, spec);
@@ -489,5 +524,52 @@ mod tests {
             assert_eq!(indexed.len(), 1);
         }
         assert!(read.rule("calc.mul").is_none());
+    }
+
+    // A rule's fingerprint is computed once per tree and each rule keeps its own: asked again,
+    // every rule's is what computing it gives; a rule of another tree at the same place is not
+    // given this one's.
+    // i[verify prove.fingerprint]
+    #[test]
+    fn each_rule_keeps_its_own_fingerprint_once_computed() {
+        let tree = Memory::new([
+            (config::CONFIG_PATH, CONFIG.to_owned()),
+            (
+                "docs/spec.md",
+                "# Spec\n\n> r[calc.add]\n> Adds.\n\n> r[calc.sub]\n> Subtracts.\n".to_owned(),
+            ),
+            (
+                "src/a.rs",
+                "// r[impl calc.add]\nfn f() -> i32 { 1 + 1 }\n\n// r[impl calc.sub]\nfn g() -> i32 { 1 - 1 }\n"
+                    .to_owned(),
+            ),
+        ]);
+        let loaded = config::load(&tree).expect("the config loads");
+        let read = read_tree(&tree, &loaded.config);
+        let first: Vec<_> = read
+            .rules()
+            .iter()
+            .map(|rule| fingerprint::of(&read, rule))
+            .collect();
+        assert_eq!(first.len(), 2);
+        assert_ne!(first[0], first[1], "two rules, two items: two fingerprints");
+        for (rule, print) in read.rules().iter().zip(&first) {
+            assert_eq!(&fingerprint::of(&read, rule), print);
+            assert_eq!(
+                &read.fingerprint(rule, || unreachable!("computed once")),
+                print
+            );
+        }
+        let mut foreign = read.rules()[0].clone();
+        foreign.id = read.rules()[1].id.clone();
+        let mut computed = false;
+        read.fingerprint(&foreign, || {
+            computed = true;
+            first[1].clone()
+        });
+        assert!(
+            computed,
+            "another rule at the same place is computed, not taken from the cache"
+        );
     }
 }

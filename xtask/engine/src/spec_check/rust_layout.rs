@@ -40,7 +40,63 @@ pub struct RustLayout {
     #[serde(deserialize_with = "items_read_back")]
     items: Vec<Item>,
     #[serde(skip)]
-    lines: Vec<String>,
+    lines: Lines,
+}
+
+/// A file's text and the byte each of its lines starts at: its lines as `str::lines` gives them,
+/// without a `String` per line, and a line range's bytes without a scan of the text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Lines {
+    text: String,
+    /// 0, then the byte after each `\n`.
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(at, _)| at + 1));
+        Self {
+            text: text.to_owned(),
+            starts,
+        }
+    }
+
+    /// How many lines `str::lines` gives: none after a final `\n`.
+    fn len(&self) -> usize {
+        if self.text.is_empty() {
+            0
+        } else if self.text.ends_with('\n') {
+            self.starts.len() - 1
+        } else {
+            self.starts.len()
+        }
+    }
+
+    /// The line at 0-based `index`, as `str::lines` gives it (without its `\n` or `\r\n`).
+    fn get(&self, index: usize) -> Option<&str> {
+        if index >= self.len() {
+            return None;
+        }
+        let start = self.starts[index];
+        match self.starts.get(index + 1) {
+            Some(&next) => {
+                let line = &self.text[start..next - 1];
+                Some(line.strip_suffix('\r').unwrap_or(line))
+            }
+            None => Some(&self.text[start..]),
+        }
+    }
+
+    /// The lines at 0-based indices `from..to` (cut to the lines there are).
+    fn range(
+        &self,
+        from: usize,
+        to: usize,
+    ) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
+        let to = to.min(self.len());
+        (from.min(to)..to).map(|index| self.get(index).unwrap_or_default())
+    }
 }
 
 /// A named item of a Rust file, leading comments and attributes included in its span.
@@ -96,9 +152,8 @@ impl RustLayout {
     /// The layout of `content` from its code units, as tracey-core's code-unit parse gives them
     /// (or [`super::rust_read`]'s one parse).
     pub fn from_units(content: &str, units: Vec<code_units::CodeUnit>) -> Self {
-        let lines: Vec<String> = content.lines().map(str::to_owned).collect();
         let mut layout = RustLayout {
-            lines,
+            lines: Lines::new(content),
             ..RustLayout::default()
         };
         for unit in units {
@@ -145,8 +200,29 @@ impl RustLayout {
     /// This layout with the lines of `content`, the file it was parsed from (the read cache
     /// stores a layout without them).
     pub fn with_lines(mut self, content: &str) -> Self {
-        self.lines = content.lines().map(str::to_owned).collect();
+        self.lines = Lines::new(content);
         self
+    }
+
+    /// The bytes of lines `start..=end` (1-based) of the file, through the end of line `end`
+    /// (its `\n` included); `None` when the file has no line `start` or `end` comes before it.
+    pub fn line_range(&self, start: usize, end: usize) -> Option<std::ops::Range<usize>> {
+        let from = *self.lines.starts.get(start.checked_sub(1)?)?;
+        end.checked_sub(start)?;
+        let to = self
+            .lines
+            .starts
+            .get(end)
+            .copied()
+            .unwrap_or(self.lines.text.len());
+        Some(from..to.max(from))
+    }
+
+    /// Whether this layout may have been read from `content`: a text of the same length (a
+    /// caller passes a file's layout with that file's text; this only keeps another text from
+    /// being cut at this one's lines).
+    pub fn fits(&self, content: &str) -> bool {
+        self.lines.text.len() == content.len()
     }
 
     /// Whether `line` lies inside a `#[cfg(test)]` item.
@@ -202,21 +278,17 @@ impl RustLayout {
     /// Whether the attribute lines at the top of the item spanning `start..=end` include a test
     /// attribute, or the item sits inside a test macro.
     fn test_attribute_in(&self, start: usize, end: usize) -> bool {
-        let in_test_macro = self
-            .lines
-            .iter()
-            .take(start.saturating_sub(1))
-            .rev()
-            .any(|l| {
-                let trimmed = l.trim();
-                is_macro_opener(trimmed) && is_test_macro(trimmed)
-            });
+        let in_test_macro = self.lines.range(0, start.saturating_sub(1)).rev().any(|l| {
+            let trimmed = l.trim();
+            is_macro_opener(trimmed) && is_test_macro(trimmed)
+        });
         in_test_macro
             || self
                 .lines
-                .iter()
-                .skip(start.saturating_sub(1))
-                .take(end + 1 - start.max(1))
+                .range(
+                    start.saturating_sub(1),
+                    start.saturating_sub(1) + (end + 1 - start.max(1)),
+                )
                 .map(|l| l.trim())
                 .take_while(|t| fn_name(t).is_none() || t.starts_with("#["))
                 .any(is_test_attribute)
@@ -233,7 +305,8 @@ impl RustLayout {
         let mut attribute_depth: i32 = 0;
         let mut is_test = false;
         // `line` is 1-based, so index `line` is the line after it.
-        for (index, text) in self.lines.iter().enumerate().skip(line) {
+        for (index, text) in self.lines.range(line, usize::MAX).enumerate() {
+            let index = index + line;
             let trimmed = text.trim();
             if attribute_depth > 0 {
                 attribute_depth += bracket_balance(trimmed);
@@ -276,9 +349,7 @@ impl RustLayout {
     // i[impl spec-check.placement.between-attributes]
     fn attributes_mark_test(&self, start: usize, fn_line: usize) -> bool {
         self.lines
-            .iter()
-            .take(fn_line.saturating_sub(1))
-            .skip(start.saturating_sub(1))
+            .range(start.saturating_sub(1), fn_line.saturating_sub(1))
             .map(|l| l.trim())
             .any(is_test_attribute)
     }
@@ -297,7 +368,7 @@ impl RustLayout {
             .iter()
             .filter(|m| m.start <= line && line <= m.end)
             .min_by_key(|m| m.end - m.start);
-        let before = self.lines.iter().take(line - 1).enumerate().rev();
+        let before = self.lines.range(0, line - 1).enumerate().rev();
         for (index, text) in before {
             let trimmed = text.trim();
             if trimmed.is_empty()
@@ -399,12 +470,10 @@ impl RustLayout {
     /// `#[cfg(test)]` (or a `cfg(all(test, ..))`/`cfg(any(test, ..))`).
     fn cfg_test_attribute(&self, start: usize, end: usize) -> bool {
         let mut depth: i32 = 0;
-        for text in self
-            .lines
-            .iter()
-            .skip(start.saturating_sub(1))
-            .take(end + 1 - start.max(1))
-        {
+        for text in self.lines.range(
+            start.saturating_sub(1),
+            start.saturating_sub(1) + (end + 1 - start.max(1)),
+        ) {
             let trimmed = text.trim();
             let is_attribute_line = depth > 0 || trimmed.starts_with("#[");
             if is_attribute_line {
@@ -825,5 +894,36 @@ mod cache_tests {
         assert_eq!(layout.items()[0].kind, "fn");
         let unknown = stored.replace(r#""fn""#, r#""function""#);
         assert!(serde_json::from_str::<RustLayout>(&unknown).is_err());
+    }
+
+    proptest::proptest! {
+        // The line table gives a text's lines as `str::lines` does, and a line range's bytes as
+        // a scan of the text does (`items`), carriage returns and a missing last newline included.
+        #[test]
+        fn the_line_table_reads_lines_as_a_scan_of_the_text_does(text in "[a\r\n ]{0,30}") {
+            let lines = Lines::new(&text);
+            let expected: Vec<&str> = text.lines().collect();
+            proptest::prop_assert_eq!(lines.len(), expected.len());
+            let count = expected.len();
+            for from in 0..=count + 1 {
+                for to in 0..=count + 1 {
+                    let read: Vec<&str> = lines.range(from, to).collect();
+                    let want = expected
+                        .get(from.min(count)..to.min(count).max(from.min(count)))
+                        .unwrap_or_default();
+                    proptest::prop_assert_eq!(read.as_slice(), want, "{}..{}", from, to);
+                }
+            }
+            let layout = RustLayout::default().with_lines(&text);
+            for start in 0..=count + 2 {
+                for end in 0..=count + 2 {
+                    proptest::prop_assert_eq!(
+                        layout.line_range(start, end),
+                        crate::spec_check::items::line_range(&text, start, end),
+                        "{}..={}", start, end
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask bench spec-check` — the spec tools on generated trees 1, 10 and 30 times this
 //! workspace's size (`--scale 1,10,30`): each with that many times the rules, source files and
 //! annotations, on which `spec-check`, `trace --all` and `spec-report` are each timed (median of
-//! three runs of this binary). The target is 1 s each on the 10× tree, and the cost linear: the
+//! three runs of the xtask binary given: `cargo xtask bench spec-check` passes its own, and its
+//! build profile, to this driver). The target is 1 s each on the 10× tree, and the cost linear: the
 //! 30× time over the 10× time is reported beside the 3 the sizes' ratio allows. Like the other
 //! benches, a missed target is reported, not failed (a shared 2-core machine is noisy). The
 //! summary goes to `target/bench/spec-check.json`.
@@ -14,24 +15,40 @@
 //! this shared 2-core machine the same binary's CPU time at 10× has ranged from 1.7 s (load about
 //! 12) to 3.0 s (load about 20).
 //!
-//! Where the time goes. `perf` over one uncached `trace --all` on the 10× tree put 84 % of its CPU
-//! in reading the source files: 45 % in tracey-core's code-unit parse and 38 % in its reference
-//! parse, each its own tree-sitter parse of the file (tracey-core offers the two only as separate
-//! calls). The engine now parses a Rust file once for both (`spec_check::rust_read`, held to
-//! tracey-core's answers on every Rust file of the workspace and the shape fixtures) and runs
-//! pulldown-cmark only on comments that hold a `[`. Measured with this command (release, default
-//! scales), before (76aaefe) at load about 20 and after (f40f851) at load about 6–11, CPU median of
-//! three uncached runs at 1×/10×/30×: spec-check 0.33/3.01/11.25 s → 0.23/1.89/5.19 s, `trace
-//! --all` 0.27/2.77/10.57 s → 0.16/1.53/4.85 s, spec-report 0.46/3.15/12.56 s → 0.21/2.08/6.31 s.
-//! The two builds run alternately on one 30× tree (same load, `HOLDFAST_SPEC_CACHE=off
-//! /usr/bin/time xtask COMMAND --root TREE`): `trace --all` 6.86 and 7.76 s → 4.23 and 4.19 s of
-//! CPU, spec-check 7.87 → 4.54 s, spec-report 8.95 → 6.38 s, outputs identical. The target (1 s at
-//! 10×) is still MISSED on this loaded machine: after the change, `perf` over one uncached `trace
-//! --all` on the 30× tree puts about half its CPU in tree-sitter's one parse and the rest spread
-//! over path-keyed map lookups (`compare_components`), line splitting and allocation, not yet cut.
-//! Warm on the read cache the same commands took 0.59, 0.56 and 1.13 s of CPU at 10× (after).
-//! Source files hold about four annotations each; a cost that grows faster than linearly in one
-//! file's annotations is not exercised (the workspace's densest file has 65).
+//! Where the time goes. `perf record --call-graph dwarf` over one uncached release run of
+//! spec-check and one of spec-report on the 10× tree (4840 rules, 5082 files, 33880
+//! annotations), at 1d7517d: spec-check spends 65 % of its CPU reading Rust files (`rust_read::read`: 44 % in
+//! tree-sitter's one parse, 20 % in the walk of its tree, 7.5 % of it in the comments' references
+//! and 4.4 % in pulldown-cmark masking code spans), 9.6 % in the proofs' fingerprints (the items
+//! each annotation stands for, normalised and hashed), 7.7 % in marq reading the specs and 6.8 %
+//! in `coverage::analyse`; `std::path::compare_components` (the path-keyed maps, in
+//! `coverage::analyse`, `in_cfg_test`, `test_backed::tests_shown` and the trace) is 6 % of
+//! spec-check and 10 % of spec-report, which also computes every fingerprint twice (once for the
+//! gate's notes, once in the trace: 16 % of its CPU). Cut since: pulldown-cmark runs only on a
+//! comment holding a backtick or a tilde (without one markdown has no code; `CommentRefs::comment`
+//! 5.5 % → 2.4 % of spec-report), and a Rust layout keeps its file's text once with a line table
+//! instead of a `String` per line and gives an item's bytes from that table instead of a scan
+//! of the file from its top per annotation (`items::item_at` 6.1 % → 4.5 %); after the figures
+//! below, a tree keeps each rule's fingerprint once computed (spec-report 1.78 → 1.68 s of CPU at
+//! 10×, median of five alternated runs, load about 9). Not cut: files
+//! with no annotation skipping the parse would save at most the 5 % of the generated tree's files
+//! that hold none (plain code, and the crates' `lib.rs`, which `in_cfg_test` needs for its
+//! `#[cfg(test)] mod` declarations), and none in spec-report, whose spec debt needs the code
+//! units of every file under a crate's `src/`; the parse already runs on the pool (the serial
+//! run below is the comparison). Figures of this command (`cargo xtask bench spec-check`,
+//! release, default scales) at 9994dfc, at load 7 to 12 on this shared 2-core machine, CPU
+//! median of three uncached runs at 1×/10×/30×: spec-check 0.15/1.68/5.41 s, `trace --all`
+//! 0.15/1.68/4.60 s, spec-report 0.21/2.10/6.76 s (30×/10× 3.2, 2.7 and 3.2: linear within the
+//! bench's 1.25 slack of 3); wall 0.23/3.54/13.33 s, 0.20/3.60/13.78 s and 0.70/4.42/26.13 s, a
+//! wall that at this load is mostly the wait for a core (the 30×/10× wall ratios, 3.8 to 5.9,
+//! are reported NOT LINEAR for it). The target (1 s at 10×) is MISSED in CPU and in wall. The
+//! two changes, alternated with the build before them on one 10× tree (`HOLDFAST_SPEC_CACHE=off
+//! /usr/bin/time xtask COMMAND --root TREE`, CPU median of five at load about 8): spec-check
+//! 1.71 → 1.50 s, `trace --all` 1.97 → 1.66 s, spec-report 2.08 → 1.90 s, outputs identical;
+//! the load's noise (about ±0.2 s) is the size of the gain. Warm on the read cache at 10×: 0.62,
+//! 0.54 and 1.22 s of CPU. Source files hold about four annotations each; a cost that grows
+//! faster than linearly in one file's annotations is not exercised (the workspace's densest file
+//! has 65).
 //!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
@@ -39,7 +56,7 @@
 //! pool, and every run's output must be the first's, byte for byte.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -77,13 +94,48 @@ struct Size {
     annotations: usize,
 }
 
+/// The arguments of `holdfast-bench spec-check`, which `cargo xtask bench spec-check` passes on.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The generated trees' sizes as multiples of this workspace's.
+    #[arg(long, alias = "scales", value_delimiter = ',', default_values_t = [1, 10, 30])]
+    scale: Vec<usize>,
+    /// The xtask binary whose commands are timed (xtask passes its own).
+    #[arg(long)]
+    xtask: PathBuf,
+    /// That binary's build profile, as the table and the summary name it (xtask passes its own).
+    #[arg(long, default_value = "unknown")]
+    xtask_profile: String,
+}
+
+/// Runs the bench with `args` on the workspace at `root`.
+pub fn run(root: &Path, args: &Args) -> anyhow::Result<ExitCode> {
+    let xtask = &args.xtask;
+    run_on(root, &args.scale, &args.xtask_profile, &|| {
+        Command::new(xtask)
+    })
+}
+
 /// Runs the bench on trees `scales` times the size of the workspace at `root`, timing the
-/// commands of `xtask()` (this binary; a stand-in in tests) on the wall clock.
+/// commands of `xtask()` (the xtask binary, built with `profile`; a stand-in in tests) on the
+/// wall clock.
 // i[impl bench.spec-check+6]
-pub fn run(root: &Path, scales: &[usize], xtask: &dyn Fn() -> Command) -> anyhow::Result<ExitCode> {
+fn run_on(
+    root: &Path,
+    scales: &[usize],
+    profile: &str,
+    xtask: &dyn Fn() -> Command,
+) -> anyhow::Result<ExitCode> {
     let origin = Instant::now();
-    let text = bench(root, scales, xtask, &|| origin.elapsed(), &children_cpu)?;
-    crate::output::print(&text);
+    let text = bench(
+        root,
+        scales,
+        profile,
+        xtask,
+        &|| origin.elapsed(),
+        &children_cpu,
+    )?;
+    holdfast_harness::output::print(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,6 +206,7 @@ fn children_ticks(stat: &str) -> Option<u64> {
 fn bench(
     root: &Path,
     scales: &[usize],
+    profile: &str,
     xtask: &dyn Fn() -> Command,
     clock: &dyn Fn() -> Duration,
     cpu: &dyn Fn() -> Option<Duration>,
@@ -308,11 +361,6 @@ fn bench(
         Some(timed)
     } else {
         None
-    };
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
     };
     let seconds = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     let mut text = format!(
@@ -703,7 +751,7 @@ mod tests {
     /// is on) and exits 1, as spec-check and trace do on the generated tree's open findings, or 2
     /// (a failure) when called as `fail`; with `fail` = `cache`, it prints another output when
     /// the cache is on.
-    fn workspace_and_xtask(root: &Path, fail: &str) -> crate::stand_in::Script {
+    fn workspace_and_xtask(root: &Path, fail: &str) -> holdfast_harness::stand_in::Script {
         let size = Size {
             rules: 4,
             files: 10,
@@ -711,7 +759,7 @@ mod tests {
         };
         generate(root, size, RULES_PER_SPEC).expect("workspace");
         let calls = root.join("calls");
-        crate::stand_in::Script::new(
+        holdfast_harness::stand_in::Script::new(
             root,
             "xtask.sh",
             &format!(
@@ -769,7 +817,7 @@ mod tests {
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "none");
         // Unordered and repeated: each scale once, smallest first.
-        let code = run(&root, &[3, 1, 3], &|| xtask.command()).expect("run");
+        let code = run_on(&root, &[3, 1, 3], "release", &|| xtask.command()).expect("run");
         assert_eq!(code, ExitCode::SUCCESS);
         let (calls, trees) = calls(&root);
         let mut expected = Vec::new();
@@ -932,6 +980,7 @@ mod tests {
         let text = bench(
             &root,
             &[1, 10, 30],
+            "release",
             &|| xtask.command(),
             &scripted(&runs),
             &|| Some(cpu()),
@@ -1056,7 +1105,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "serial");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("another output");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output on one parse thread than on the pool"),
@@ -1080,7 +1129,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "cache");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("another output");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output with the read cache than without"),
@@ -1104,7 +1153,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "trace");
-        let err = run(&root, &[1], &|| xtask.command()).expect_err("trace failed");
+        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("trace failed");
         assert!(err.to_string().contains("`trace --all` failed"), "{err}");
         let (calls, trees) = calls(&root);
         // Left for a look (the error names it).
@@ -1116,9 +1165,12 @@ mod tests {
         );
         assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());
-        assert!(run(&root, &[], &|| xtask.command()).is_err(), "no scale");
         assert!(
-            run(&root, &[0], &|| xtask.command()).is_err(),
+            run_on(&root, &[], "release", &|| xtask.command()).is_err(),
+            "no scale"
+        );
+        assert!(
+            run_on(&root, &[0], "release", &|| xtask.command()).is_err(),
             "a zero scale"
         );
     }
