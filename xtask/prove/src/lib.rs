@@ -448,21 +448,16 @@ fn select(
             .tree_at
             .ok_or("--changed-since: this build cannot read a revision's files")?;
         let then = tree_at(root, rev)?;
-        let changed = plan::changed_since(&then, tree).map_err(|problem| {
-            format!("--changed-since {rev}: that revision's spec cannot be read: {problem}")
-        })?;
-        let Some(changed) = changed else {
-            eprintln!(
-                "warning: prove: --changed-since {rev}: that revision has no {}, so its spec \
-                 cannot be read: every rule is chosen",
-                spec_check::config::CONFIG_PATH
-            );
-            return Ok(all);
+        return match plan::since(rev, plan::changed_since(&then, tree))? {
+            plan::Since::Changed(changed) => Ok(all
+                .into_iter()
+                .filter(|p| changed.contains(&p.rule))
+                .collect()),
+            plan::Since::All { warning } => {
+                eprintln!("{warning}");
+                Ok(all)
+            }
         };
-        return Ok(all
-            .into_iter()
-            .filter(|p| changed.contains(&p.rule))
-            .collect());
     }
     Ok(all)
 }
