@@ -974,7 +974,22 @@ mod tests {
         tally.cut_off(Some(&proof(0, 1, 0)), false);
         assert!(tally.passed(true) && tally.passed(false), "{tally:?}");
         assert_eq!(tally.unjudged_warning(true), None);
+        // Proved and recorded whatever its level: a proven SHOULD rule counts as proven.
+        tally.record("r[should.proven]", &proof(2, 0, 0), false);
+        assert_eq!(tally.proven, 1);
+        // The same proofs of MUST rules: proven passes, no viable mutant is named, a survivor fails.
+        tally.record("r[must.proven]", &proof(2, 0, 0), true);
+        assert_eq!(tally.proven, 2);
+        assert!(tally.passed(true) && tally.passed(false), "{tally:?}");
+        tally.record("r[must.unjudged]", &proof(0, 0, 2), true);
+        assert!(tally.passed(true) && !tally.passed(false), "{tally:?}");
+        assert_eq!(tally.unjudged, ["r[must.unjudged]"]);
         tally.record("r[must]", &proof(1, 1, 0), true);
         assert!(!tally.passed(true) && !tally.passed(false));
+        assert_eq!(
+            tally.unjudged,
+            ["r[must.unjudged]"],
+            "a survivor was judged"
+        );
     }
 }
