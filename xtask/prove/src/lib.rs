@@ -448,21 +448,16 @@ fn select(
             .tree_at
             .ok_or("--changed-since: this build cannot read a revision's files")?;
         let then = tree_at(root, rev)?;
-        let changed = plan::changed_since(&then, tree).map_err(|problem| {
-            format!("--changed-since {rev}: that revision's spec cannot be read: {problem}")
-        })?;
-        let Some(changed) = changed else {
-            eprintln!(
-                "warning: prove: --changed-since {rev}: that revision has no {}, so its spec \
-                 cannot be read: every rule is chosen",
-                spec_check::config::CONFIG_PATH
-            );
-            return Ok(all);
+        return match plan::since(rev, plan::changed_since(&then, tree))? {
+            plan::Since::Changed(changed) => Ok(all
+                .into_iter()
+                .filter(|p| changed.contains(&p.rule))
+                .collect()),
+            plan::Since::All { warning } => {
+                eprintln!("{warning}");
+                Ok(all)
+            }
         };
-        return Ok(all
-            .into_iter()
-            .filter(|p| changed.contains(&p.rule))
-            .collect());
     }
     Ok(all)
 }
@@ -979,7 +974,22 @@ mod tests {
         tally.cut_off(Some(&proof(0, 1, 0)), false);
         assert!(tally.passed(true) && tally.passed(false), "{tally:?}");
         assert_eq!(tally.unjudged_warning(true), None);
+        // Proved and recorded whatever its level: a proven SHOULD rule counts as proven.
+        tally.record("r[should.proven]", &proof(2, 0, 0), false);
+        assert_eq!(tally.proven, 1);
+        // The same proofs of MUST rules: proven passes, no viable mutant is named, a survivor fails.
+        tally.record("r[must.proven]", &proof(2, 0, 0), true);
+        assert_eq!(tally.proven, 2);
+        assert!(tally.passed(true) && tally.passed(false), "{tally:?}");
+        tally.record("r[must.unjudged]", &proof(0, 0, 2), true);
+        assert!(tally.passed(true) && !tally.passed(false), "{tally:?}");
+        assert_eq!(tally.unjudged, ["r[must.unjudged]"]);
         tally.record("r[must]", &proof(1, 1, 0), true);
         assert!(!tally.passed(true) && !tally.passed(false));
+        assert_eq!(
+            tally.unjudged,
+            ["r[must.unjudged]"],
+            "a survivor was judged"
+        );
     }
 }

@@ -297,6 +297,40 @@ pub fn changed_since(
     ))
 }
 
+/// What `--changed-since REV` chooses, once REV's tree has been read ([`changed_since`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Since {
+    /// The markers of the rules that changed.
+    Changed(BTreeSet<String>),
+    /// Every rule, REV's spec being unreadable for want of a config; the warning says so.
+    All {
+        /// The one line for stderr, naming REV.
+        warning: String,
+    },
+}
+
+/// Turns what [`changed_since`] made of REV `rev` into the choice, the warning when REV has no
+/// spec config, or the usage error, naming REV and the problem, when its config does not parse.
+// i[impl prove.changed.unreadable]
+pub fn since(
+    rev: &str,
+    changed: Result<Option<BTreeSet<String>>, spec_check::problem::Problem>,
+) -> Result<Since, String> {
+    match changed {
+        Ok(Some(changed)) => Ok(Since::Changed(changed)),
+        Ok(None) => Ok(Since::All {
+            warning: format!(
+                "warning: prove: --changed-since {rev}: that revision has no {}, so its spec \
+                 cannot be read: every rule is chosen",
+                spec_check::config::CONFIG_PATH
+            ),
+        }),
+        Err(problem) => Err(format!(
+            "--changed-since {rev}: that revision's spec cannot be read: {problem}"
+        )),
+    }
+}
+
 /// The spec of the revision's tree `then`: `None` when it has no spec config (its spec cannot be
 /// read: the caller says so and chooses every rule); an error when it has one that does not
 /// parse.
@@ -333,6 +367,34 @@ mod tests {
         assert_eq!(
             changed_since(&now, &tree).expect("same"),
             Some(BTreeSet::new())
+        );
+    }
+
+    // i[verify prove.changed.unreadable]
+    #[test]
+    fn an_unreadable_revision_is_named_in_the_warning_or_the_usage_error() {
+        let Ok(Since::All { warning }) = since("v0.1", Ok(None)) else {
+            panic!("a revision without a spec config chooses every rule");
+        };
+        assert_eq!(
+            warning,
+            "warning: prove: --changed-since v0.1: that revision has no \
+             .config/tracey/config.styx, so its spec cannot be read: every rule is chosen"
+        );
+        let broken = spec_engine::Memory::new([(spec_check::config::CONFIG_PATH, "specs (\n")]);
+        let Err(problem) = spec_check::read(&broken) else {
+            panic!("a config that does not parse");
+        };
+        let error = since("v0.1", Err(problem.clone())).expect_err("a usage error");
+        assert_eq!(
+            error,
+            format!("--changed-since v0.1: that revision's spec cannot be read: {problem}")
+        );
+        assert!(!problem.to_string().is_empty(), "the problem is named");
+        let changed = BTreeSet::from(["r[demo.alpha]".to_owned()]);
+        assert_eq!(
+            since("v0.1", Ok(Some(changed.clone()))),
+            Ok(Since::Changed(changed))
         );
     }
 

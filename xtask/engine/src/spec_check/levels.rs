@@ -273,4 +273,57 @@ mod tests {
             }
         }
     }
+
+    /// A test-backed run of a MAY rule whose test passed and of an informative and a MUST rule
+    /// whose tests did not run.
+    fn run_backed() -> crate::spec_check::report::Outcome {
+        const RUN_CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (crates/**/*.rs)\n      }\n    )\n  }\n)\n";
+        const RUN_SPEC: &str = "# Demo\n\n> r[demo.may level=may]\n> May.\n\n> r[demo.about tags=informative]\n> About.\n\n> r[demo.plain]\n> Plain.\n";
+        const LIB: &str = "// r[impl demo.may]\npub fn may() {}\n\n// r[impl demo.plain]\npub fn plain() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.may]\n    #[test]\n    fn may_holds() {\n        super::may();\n    }\n\n    // r[verify demo.about]\n    #[test]\n    fn about_holds() {}\n\n    // r[verify demo.plain]\n    #[test]\n    fn plain_holds() {\n        super::plain();\n    }\n}\n";
+        // Only the MAY rule's test ran (and passed).
+        const JUNIT: &str = "<testsuites><testsuite name=\"demo\" tests=\"1\"><testcase name=\"tests::may_holds\" classname=\"demo\"/></testsuite></testsuites>";
+        const RESULTS: &str = "target/nextest/ci/junit.xml";
+        let tree = Memory::new([
+            (".config/tracey/config.styx", RUN_CONFIG),
+            ("docs/spec.md", RUN_SPEC),
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            (RESULTS, JUNIT),
+        ]);
+        crate::spec_check::check(&tree, &[std::path::Path::new(RESULTS)], None, &[])
+            .expect("judged")
+    }
+
+    /// The level decides which rules' missing tests are problems, not what is counted: a test
+    /// run judges and counts every verified rule, whatever its level.
+    // i[verify spec-check.levels]
+    #[test]
+    fn a_test_backed_run_counts_every_level_and_demands_tests_by_level() {
+        let outcome = run_backed();
+        assert_eq!(
+            outcome.mode.judged,
+            Some(3),
+            "every verified rule is judged"
+        );
+        assert_eq!(
+            outcome.specs[0].tested,
+            Some(1),
+            "the MAY rule's pass counts"
+        );
+        assert_eq!(outcome.untested, ["r[demo.about]", "r[demo.plain]"]);
+        let problems: Vec<(Kind, Option<String>)> = outcome
+            .problems
+            .iter()
+            .map(|p| (p.kind, p.rule.clone()))
+            .collect();
+        assert_eq!(
+            problems,
+            [(Kind::NotVerifiedByTest, Some("r[demo.plain]".to_owned()))],
+            "only the MUST rule's level demands a passing test"
+        );
+    }
 }
