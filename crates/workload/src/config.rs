@@ -118,6 +118,10 @@ pub struct WorkloadConfig {
     /// What the container is told when one of its certificates is renewed (unset: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_cert_renew: Option<crate::certs::CertRenew>,
+    /// The tag is checked against the registry before each creation of the container
+    /// (`pull_policy = "always"`). Not part of the container's spec, so not in its hash.
+    #[serde(skip)]
+    pub pull_always: bool,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
@@ -205,6 +209,7 @@ impl WorkloadConfig {
             depends_on: Vec::new(),
             certificates: Vec::new(),
             on_cert_renew: None,
+            pull_always: false,
         }
     }
 
@@ -448,6 +453,7 @@ impl WorkloadConfig {
             env_file: self.env_file.clone(),
             depends_on: self.depends_on.clone(),
             on_cert_renew: self.on_cert_renew.clone(),
+            pull_always: self.pull_always,
             ..WorkloadConfig::new(self.name.clone(), self.image.clone())
         };
         if *self != legacy {

@@ -312,6 +312,9 @@ struct Entry {
     /// may be made (`workload.network.foreign`): paced apart from the restart gate.
     foreign_refusals: u32,
     foreign_until: Option<Instant>,
+    /// Since when it has been ready to start (back-off over, dependencies ready), until it
+    /// starts: a `pull_policy = "always"` start waits for a tag check made after it.
+    ready_since: Option<Instant>,
 }
 
 /// A signal owed to a workload's container after a renewal of a certificate it mounts.
@@ -660,6 +663,7 @@ impl Reconciler {
                     waiting_on: Vec::new(),
                     foreign_refusals: 0,
                     foreign_until: None,
+                    ready_since: None,
                 },
             );
         }
@@ -1390,13 +1394,16 @@ impl Reconciler {
                         entry.foreign_until = None;
                     }
                     if self.gate.check(&name, now).is_err() || entry.foreign_until.is_some() {
+                        entry.ready_since = None;
                         continue;
                     }
                     if Self::name_taken(&self.retiring, &self.orphans, &name) {
+                        entry.ready_since = None;
                         continue;
                     }
                     entry.waiting_on = unready_dependencies(&entry.config, &ready);
                     if !entry.waiting_on.is_empty() {
+                        entry.ready_since = None;
                         continue;
                     }
                     if !Self::image_present(images, entry, now) {
@@ -1424,6 +1431,7 @@ impl Reconciler {
                             self.config.owner.as_deref(),
                         )),
                     });
+                    entry.ready_since = None;
                     entry.run = Run::Starting {
                         attempt,
                         token,
@@ -1485,10 +1493,18 @@ impl Reconciler {
     }
 
     // r[impl workload.image]
-    /// Asks `images` at `now` whether `entry`'s image is present; while it is not, the entry
-    /// keeps the pull's account of it (and the caller begins no attempt).
+    // r[impl workload.image.always]
+    /// Asks `images` at `now` whether `entry`'s image is present (under `pull_policy = "always"`,
+    /// checked since the entry became ready to start); while it is not, the entry keeps the
+    /// pull's account of it (and the caller begins no attempt).
     fn image_present(images: &mut dyn Images, entry: &mut Entry, now: Instant) -> bool {
-        match images.ensure(&entry.config.image, now) {
+        let since = *entry.ready_since.get_or_insert(now);
+        let presence = if entry.config.pull_always {
+            images.ensure_fresh(&entry.config.image, since, now)
+        } else {
+            images.ensure(&entry.config.image, now)
+        };
+        match presence {
             ImagePresence::Pending { detail } => {
                 entry.image_detail = Some(detail);
                 false
