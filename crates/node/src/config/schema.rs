@@ -292,6 +292,9 @@ pub enum PullPolicy {
     /// Pulled when absent, never checked again (the default).
     #[default]
     Missing,
+    /// The tag is checked against the registry before each creation of the container, pulled
+    /// again first when it moved.
+    Always,
     /// The tag is checked against the registry on `pull.digest_interval`, pulled again and the
     /// container replaced when it moved.
     Digest,

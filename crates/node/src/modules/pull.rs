@@ -291,8 +291,8 @@ impl PullModule {
                         }
                     }
                 }
-                Some((reference, result)) = tags.results.recv() => {
-                    tags.answered(&reference, result, &fetcher, &mut actuator, &self.node);
+                Some((reference, start, result)) = tags.results.recv() => {
+                    tags.answered(&reference, start, result, &fetcher, &mut actuator, &self.node);
                 }
                 _ = &mut stop => {
                     health.set(Health::Stopped);
@@ -312,7 +312,7 @@ impl PullModule {
             for gone in kept.difference(&now_kept) {
                 actuator.forget(gone);
                 last.remove(gone);
-                tags.forget(gone);
+                tags.forget(gone, &self.node);
             }
             kept = now_kept;
             for (name, image) in &images {
@@ -336,6 +336,7 @@ impl PullModule {
                 if matches!(state, ImageState::Present) {
                     tags.present(image, now, &fetcher, &self.node);
                 }
+                tags.before_start(image, &state, now, &fetcher, &self.node);
                 self.count_outcome(&mut last, image, label);
                 let (label, detail) = shown(label, detail, tags.moved.contains(image));
                 statuses.push(WorkloadStatus {
@@ -429,6 +430,9 @@ impl PullModule {
     }
 }
 
+/// A tag check's outcome: (reference, made before a start (`pull_policy = "always"`), outcome).
+type CheckResult = (String, bool, Result<TagCheck, PullError>);
+
 // r[impl actuate.image.tag-moved]
 // r[impl workload.image.moved]
 /// The followed tags: each present one checked once an interval; a moved one marked to be pulled
@@ -440,8 +444,8 @@ struct FollowedTags {
     in_flight: std::collections::BTreeSet<String>,
     /// Moved, being pulled again: the workloads are told once it is present.
     moved: std::collections::BTreeSet<String>,
-    tx: tokio::sync::mpsc::UnboundedSender<(String, Result<TagCheck, PullError>)>,
-    results: tokio::sync::mpsc::UnboundedReceiver<(String, Result<TagCheck, PullError>)>,
+    tx: tokio::sync::mpsc::UnboundedSender<CheckResult>,
+    results: tokio::sync::mpsc::UnboundedReceiver<CheckResult>,
     /// The checks under way: aborted when the module stops (this is dropped with its task).
     tasks: tokio::task::JoinSet<()>,
 }
@@ -475,6 +479,7 @@ impl FollowedTags {
             let _ = node
                 .workload
                 .with(|w| w.handle.image_moved(image, followers));
+            start_checks(node).pull_ended(image, now);
         }
         if !self.images.contains_key(image)
             || self.in_flight.contains(image)
@@ -484,6 +489,34 @@ impl FollowedTags {
         }
         self.checks.checked(image, now);
         self.in_flight.insert(image.to_owned());
+        self.spawn_check(image, false, fetcher);
+    }
+
+    // r[impl workload.image.always]
+    /// The checks asked for before a start: one begins for a present image a workload waits on;
+    /// while its image is pulled again (its tag moved), an attempt that failed answers the ask,
+    /// so the start goes on from the local image.
+    fn before_start(
+        &mut self,
+        image: &str,
+        state: &ImageState,
+        now: std::time::Instant,
+        fetcher: &Arc<DockerFetcher>,
+        node: &NodeState,
+    ) {
+        if self.moved.contains(image) {
+            let failed = !matches!(state, ImageState::Present | ImageState::Pulling { .. });
+            if failed {
+                start_checks(node).pull_ended(image, now);
+            }
+            return;
+        }
+        if matches!(state, ImageState::Present) && start_checks(node).begin(image, now) {
+            self.spawn_check(image, true, fetcher);
+        }
+    }
+
+    fn spawn_check(&mut self, image: &str, start: bool, fetcher: &Arc<DockerFetcher>) {
         let fetcher = Arc::clone(fetcher);
         let tx = self.tx.clone();
         let reference = image.to_owned();
@@ -491,38 +524,56 @@ impl FollowedTags {
         while self.tasks.try_join_next().is_some() {}
         self.tasks.spawn(async move {
             let result = fetcher.check_tag(reference.clone()).await;
-            let _ = tx.send((reference, result));
+            let _ = tx.send((reference, start, result));
         });
     }
 
     /// `image` is no longer kept: a move noticed is no longer acted on.
-    fn forget(&mut self, image: &str) {
+    fn forget(&mut self, image: &str, node: &NodeState) {
         self.moved.remove(image);
         self.checks.forget(image);
+        start_checks(node).forget(image);
     }
 
     fn answered(
         &mut self,
         image: &str,
+        start: bool,
         result: Result<TagCheck, PullError>,
         fetcher: &Arc<DockerFetcher>,
         actuator: &mut Actuator<DockerFetcher>,
         node: &NodeState,
     ) {
-        self.in_flight.remove(image);
-        record_check(node, image, &result, self.checks.interval());
+        if !start {
+            self.in_flight.remove(image);
+        }
+        let next = (!start).then(|| self.checks.interval());
+        record_check(node, image, &result, next);
+        let moved = matches!(result, Ok(TagCheck::Moved { .. }));
         match result {
             Ok(TagCheck::Unchanged) => tracing::debug!(%image, "tag unchanged"),
+            // Already being pulled again: the pull under way brings the new content.
+            Ok(TagCheck::Moved { .. }) if self.moved.contains(image) => {}
             Ok(TagCheck::Moved { remote }) => {
                 tracing::info!(%image, digest = %remote, "tag moved in its registry; pulling it again");
                 fetcher.pull_again(image);
                 actuator.invalidate(image);
                 self.moved.insert(image.to_owned());
             }
-            // Asked again at the next interval, never sooner.
+            // Asked again at the next interval (or start), never sooner.
             Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
         }
+        if start {
+            start_checks(node).answered(image, moved);
+        }
     }
+}
+
+/// The node's start checks, locked.
+fn start_checks(node: &NodeState) -> std::sync::MutexGuard<'_, holdfast_pull::StartChecks> {
+    node.start_checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The fault of a followed tag that cannot be checked.
@@ -539,7 +590,7 @@ fn record_check(
     node: &NodeState,
     image: &str,
     result: &Result<TagCheck, PullError>,
-    interval: Duration,
+    interval: Option<Duration>,
 ) {
     let outcome = match result {
         Ok(TagCheck::Unchanged) => "tag_unchanged",
@@ -569,8 +620,11 @@ fn record_check(
                 error.kind.as_str(),
                 &format!(
                     "cannot check whether the tag of {image} moved: {error}; the local image runs \
-                     on, checked again in {}s",
-                    interval.as_secs()
+                     on, checked again {}",
+                    match interval {
+                        Some(interval) => format!("in {}s", interval.as_secs()),
+                        None => "before its workload's next start".to_owned(),
+                    }
                 ),
                 failures,
                 SystemTime::now(),
@@ -1131,8 +1185,8 @@ mod tests {
             PullErrorKind::Unauthorized,
             "registry reg.example refused",
         ));
-        super::record_check(&node, "reg.example/app:1", &refused, interval);
-        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        super::record_check(&node, "reg.example/app:1", &refused, Some(interval));
+        super::record_check(&node, "reg.example/app:1", &refused, Some(interval));
         let fault = node
             .faults
             .get(&super::tag_check_subject("reg.example/app:1"))
@@ -1144,7 +1198,7 @@ mod tests {
             PullErrorKind::RegistryUnreachable,
             "timeout",
         ));
-        super::record_check(&node, "other:1", &unreachable, interval);
+        super::record_check(&node, "other:1", &unreachable, Some(interval));
         assert!(
             node.faults
                 .get(&super::tag_check_subject("other:1"))
@@ -1154,7 +1208,7 @@ mod tests {
             &node,
             "reg.example/app:1",
             &Ok(TagCheck::Unchanged),
-            interval,
+            Some(interval),
         );
         assert!(
             node.faults
