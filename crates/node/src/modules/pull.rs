@@ -1279,7 +1279,7 @@ mod tests {
 
     /// Points `path:to` at `path:from`'s manifest through the registry's own API (what a CI
     /// pushing a new build under the same tag amounts to).
-    fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
+    pub(super) fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
         use std::io::{Read as _, Write as _};
         const MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
         let exchange = |request: &[u8]| {
@@ -1309,7 +1309,7 @@ mod tests {
         assert!(head.contains(" 201 "), "{head}");
     }
 
-    async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
+    pub(super) async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
         use futures_util::TryStreamExt as _;
         daemon
             .push_image(
@@ -1505,5 +1505,247 @@ mod tests {
             let _ = daemon.remove_container(&id, force()).await;
         }
         let _ = daemon.remove_image(&image, force_image(), None).await;
+    }
+}
+
+#[cfg(test)]
+mod always_tests {
+    use std::time::Duration;
+
+    use bollard::query_parameters as q;
+    use futures_util::TryStreamExt as _;
+    use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn container_of(node: &NodeState, name: &str) -> Option<String> {
+        let status = node.workload.with(|r| r.handle.status()).ok()?;
+        match &status.iter().find(|s| s.name == name)?.state {
+            holdfast_workload::WorkloadState::Running { container, .. } => Some(container.clone()),
+            _ => None,
+        }
+    }
+
+    async fn label_of(daemon: &bollard::Docker, container: &str) -> Option<String> {
+        let inspected = daemon
+            .inspect_container(container, None::<q::InspectContainerOptions>)
+            .await
+            .unwrap();
+        inspected
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get("holdfast.test").cloned())
+    }
+
+    async fn wait_for(node: &NodeState, what: &str, done: impl Fn() -> bool) {
+        let end = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(
+                tokio::time::Instant::now() < end,
+                "never: {what}: {:?} {:?}",
+                node.workloads(),
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn sleeper(name: &str, image: &str) -> holdfast_workload::WorkloadConfig {
+        let mut w = holdfast_workload::WorkloadConfig::new(name, image);
+        w.command = vec!["sh".into(), "-c".into(), "exec sleep 3600".into()];
+        w.stop_timeout = Duration::from_secs(1);
+        w.min_run = Duration::from_secs(1);
+        w.pull_always = true;
+        w
+    }
+
+    // r[verify workload.image.always]
+    // i[verify node.pull.policy+2]
+    #[tokio::test]
+    async fn an_always_tag_is_checked_before_each_start_and_a_refusing_registry_does_not_hold_it() {
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (from, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    q::CreateImageOptionsBuilder::default()
+                        .from_image(from)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = format!("holdfast/always-{nonce:x}");
+        let repo = format!("{}/{path}", registry.addr);
+        let image = format!("{repo}:latest");
+        let tag_as = |repo: String, tag: &'static str| {
+            let daemon = daemon.clone();
+            let source = registry.image.clone();
+            async move {
+                daemon
+                    .tag_image(
+                        &source,
+                        Some(
+                            q::TagImageOptionsBuilder::default()
+                                .repo(&repo)
+                                .tag(tag)
+                                .build(),
+                        ),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        // v1: the seeded busybox under the new name.
+        tag_as(repo.clone(), "latest").await;
+        super::tests::push(&daemon, &repo, "latest").await;
+        // v2: the same with a label of its own, pushed under another tag for now.
+        let scratch = daemon
+            .create_container(
+                None::<q::CreateContainerOptions>,
+                bollard::models::ContainerCreateBody {
+                    image: Some(registry.image.clone()),
+                    cmd: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        daemon
+            .commit_container(
+                q::CommitContainerOptionsBuilder::default()
+                    .container(&scratch.id)
+                    .repo(&repo)
+                    .tag("two")
+                    .changes("LABEL holdfast.test=two")
+                    .build(),
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let force = || {
+            Some(
+                q::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            )
+        };
+        let _ = daemon.remove_container(&scratch.id, force()).await;
+        super::tests::push(&daemon, &repo, "two").await;
+        let force_image = || Some(q::RemoveImageOptionsBuilder::default().force(true).build());
+        let _ = daemon
+            .remove_image(&format!("{repo}:two"), force_image(), None)
+            .await;
+        // A local image whose registry refuses every connection (nothing listens on port 1).
+        let refused_repo = format!("127.0.0.1:1/holdfast/always-{nonce:x}");
+        let refused = format!("{refused_repo}:latest");
+        tag_as(refused_repo, "latest").await;
+
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let owner = format!("always-{}-{nonce:x}", std::process::id());
+        let pull = PullModule {
+            workloads: shared_images(vec![
+                ("web".into(), image.clone()),
+                ("cut".into(), refused.clone()),
+            ]),
+            docker_host: Some(docker.host.clone()),
+            config: PullConfig::new(7),
+            auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
+            tag_checks: TagChecks::default(),
+            tick: Duration::from_millis(200),
+            gc: None,
+            node: node.clone(),
+        };
+        let workloads = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![
+                sleeper("web", &image),
+                sleeper("cut", &refused),
+            ]),
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner.clone()),
+            tick: Duration::from_millis(200),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let pulling = pull.start().unwrap();
+        let running = workloads.start().unwrap();
+        let n = node.clone();
+        wait_for(&node, "both run", move || {
+            container_of(&n, "web").is_some() && container_of(&n, "cut").is_some()
+        })
+        .await;
+        let first = container_of(&node, "web").unwrap();
+        let cut_first = container_of(&node, "cut").unwrap();
+        assert_eq!(label_of(&daemon, &first).await, None, "v1 runs");
+
+        // The tag moves: the running container is left alone (that is "digest")...
+        super::tests::retag(registry.addr, &path, "two", "latest");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(container_of(&node, "web").as_deref(), Some(first.as_str()));
+        // ... and the next start, after the container ends, runs the new content.
+        for id in [&first, &cut_first] {
+            daemon
+                .kill_container(id, None::<q::KillContainerOptions>)
+                .await
+                .unwrap();
+        }
+        let n = node.clone();
+        let (f, c) = (first.clone(), cut_first.clone());
+        wait_for(&node, "both restarted", move || {
+            container_of(&n, "web").is_some_and(|id| id != f)
+                && container_of(&n, "cut").is_some_and(|id| id != c)
+        })
+        .await;
+        let second = container_of(&node, "web").unwrap();
+        let cut_second = container_of(&node, "cut").unwrap();
+        assert_eq!(
+            label_of(&daemon, &second).await.as_deref(),
+            Some("two"),
+            "the restart runs the moved tag's image"
+        );
+        // The refusing registry's workload restarted from its local image, each check counted.
+        let text = node.metrics.render();
+        let failed = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} "#)
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(failed >= 2, "one failed check per start of cut: {text}");
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_moved"} 1"#),
+            "{text}"
+        );
+
+        let stop = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+            reason: StopReason::Shutdown,
+        };
+        running.stopper.stop(stop()).await.unwrap();
+        pulling.stopper.stop(stop()).await.unwrap();
+        for id in [first, second, cut_first, cut_second] {
+            let _ = daemon.remove_container(&id, force()).await;
+        }
+        for local in [image, refused] {
+            let _ = daemon.remove_image(&local, force_image(), None).await;
+        }
     }
 }
