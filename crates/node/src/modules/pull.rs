@@ -1551,6 +1551,104 @@ mod always_tests {
         }
     }
 
+    // r[verify workload.image.always]
+    #[tokio::test]
+    async fn a_start_check_answers_its_ask_whatever_it_found_and_a_moved_tag_after_its_pull() {
+        use holdfast_pull::PullErrorKind;
+        const IMAGE: &str = "reg.example/app:1";
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // Nothing is dialed: the fetcher's daemon is never reached in this test.
+        let fetcher = Arc::new(DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some("unix:///nonexistent/docker.sock")),
+            Duration::from_secs(5),
+        ));
+        let mut actuator = Actuator::new((*fetcher).clone(), PullConfig::new(7)).unwrap();
+        let mut tags = FollowedTags::new(&TagChecks::default(), 7);
+        let t0 = std::time::Instant::now();
+        let asked = |since| super::start_checks(&node).ask(IMAGE, since);
+        let failed = |kind| Err(PullError::new(kind, "registry says no"));
+
+        // Unreachable: counted, no fault, and the start goes on.
+        assert!(!asked(t0));
+        assert!(super::start_checks(&node).begin(IMAGE, t0));
+        tags.answered(
+            IMAGE,
+            true,
+            failed(PullErrorKind::RegistryUnreachable),
+            &fetcher,
+            &mut actuator,
+            &node,
+        );
+        assert!(asked(t0), "a failed check does not hold the start");
+        assert!(node.faults.get(&super::tag_check_subject(IMAGE)).is_none());
+
+        // Refused: a fault on the tag that says when it is checked again; the start goes on.
+        let t1 = t0 + Duration::from_secs(30);
+        assert!(!asked(t1));
+        assert!(super::start_checks(&node).begin(IMAGE, t1));
+        tags.answered(
+            IMAGE,
+            true,
+            failed(PullErrorKind::Unauthorized),
+            &fetcher,
+            &mut actuator,
+            &node,
+        );
+        assert!(asked(t1));
+        let fault = node
+            .faults
+            .get(&super::tag_check_subject(IMAGE))
+            .expect("a fault");
+        assert!(
+            fault
+                .message
+                .ends_with("checked again before its workload's next start"),
+            "{}",
+            fault.message
+        );
+
+        // Moved: pulled again first; the ask waits for that pull, and a failed attempt answers it.
+        let t2 = t0 + Duration::from_secs(60);
+        assert!(!asked(t2));
+        assert!(super::start_checks(&node).begin(IMAGE, t2));
+        let moved = Ok(TagCheck::Moved {
+            remote: "sha256:2".into(),
+        });
+        tags.answered(IMAGE, true, moved, &fetcher, &mut actuator, &node);
+        assert!(fetcher.pulls_again(IMAGE), "pulled again although present");
+        assert!(
+            node.faults.get(&super::tag_check_subject(IMAGE)).is_none(),
+            "cleared"
+        );
+        let pulling = ImageState::Pulling {
+            progress: Default::default(),
+        };
+        tags.before_start(IMAGE, &pulling, t2, &fetcher, &node);
+        assert!(!asked(t2), "waits for the new content");
+        let waiting = ImageState::Waiting {
+            until: t2 + Duration::from_secs(10),
+            failures: 1,
+            last_error: PullError::new(PullErrorKind::RegistryUnreachable, "timeout"),
+        };
+        tags.before_start(
+            IMAGE,
+            &waiting,
+            t2 + Duration::from_secs(1),
+            &fetcher,
+            &node,
+        );
+        assert!(asked(t2), "a failed pull again does not hold the start");
+        let text = node.metrics.render();
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_moved"} 1"#),
+            "{text}"
+        );
+    }
+
     fn sleeper(name: &str, image: &str) -> holdfast_workload::WorkloadConfig {
         let mut w = holdfast_workload::WorkloadConfig::new(name, image);
         w.command = vec!["sh".into(), "-c".into(), "exec sleep 3600".into()];
