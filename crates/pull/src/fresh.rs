@@ -80,6 +80,13 @@ impl StartChecks {
         self.pulling.contains_key(reference)
     }
 
+    /// The module that answers the checks (re)starts: a check or pull again the old one had under
+    /// way will never end, so each is dropped and its ask, kept, begins again.
+    pub fn reset_under_way(&mut self) {
+        self.in_flight.clear();
+        self.pulling.clear();
+    }
+
     /// `reference` is no longer needed.
     pub fn forget(&mut self, reference: &str) {
         self.asked.remove(reference);
@@ -155,5 +162,30 @@ mod tests {
         assert!(c.ask(REF, t0 + S(20)));
         c.forget(REF);
         assert!(!c.ask(REF, t0));
+    }
+
+    // r[verify workload.image.always]
+    #[test]
+    fn a_check_or_pull_again_lost_with_its_module_begins_again_after_a_reset() {
+        let t0 = Instant::now();
+        let other = "reg.example/other:2";
+        let mut c = StartChecks::new();
+        assert!(!c.ask(REF, t0));
+        assert!(c.begin(REF, t0));
+        assert!(!c.ask(other, t0));
+        assert!(c.begin(other, t0));
+        c.answered(other, true);
+        // The module stops: neither answer ever comes.
+        assert!(!c.begin(REF, t0 + S(1)));
+        assert!(!c.begin(other, t0 + S(1)));
+        c.reset_under_way();
+        assert!(!c.pulling(other));
+        assert!(!c.ask(REF, t0), "the ask is kept");
+        assert!(c.begin(REF, t0 + S(2)), "begun again by the new module");
+        assert!(c.begin(other, t0 + S(2)));
+        c.answered(REF, false);
+        c.answered(other, false);
+        assert!(c.ask(REF, t0));
+        assert!(c.ask(other, t0));
     }
 }

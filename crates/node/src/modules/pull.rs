@@ -271,7 +271,11 @@ impl PullModule {
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
         // The references of the last tick's set: one a reload removed is forgotten.
         let mut kept: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
+        let mut tags = FollowedTags::new(
+            &self.tag_checks,
+            self.config.image_policy().seed(),
+            &self.node,
+        );
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -451,7 +455,10 @@ struct FollowedTags {
 }
 
 impl FollowedTags {
-    fn new(config: &TagChecks, seed: u64) -> Self {
+    /// The followed tags of a module that is starting: the start checks a previous module had
+    /// under way never end (their tasks went with it), so they begin again here.
+    fn new(config: &TagChecks, seed: u64, node: &NodeState) -> Self {
+        start_checks(node).reset_under_way();
         let (tx, results) = tokio::sync::mpsc::unbounded_channel();
         FollowedTags {
             images: config.images.clone(),
@@ -1563,7 +1570,7 @@ mod always_tests {
             Duration::from_secs(5),
         ));
         let mut actuator = Actuator::new((*fetcher).clone(), PullConfig::new(7)).unwrap();
-        let mut tags = FollowedTags::new(&TagChecks::default(), 7);
+        let mut tags = FollowedTags::new(&TagChecks::default(), 7, &node);
         let t0 = std::time::Instant::now();
         let asked = |since| super::start_checks(&node).ask(IMAGE, since);
         let failed = |kind| Err(PullError::new(kind, "registry says no"));
@@ -1647,6 +1654,37 @@ mod always_tests {
             text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_moved"} 1"#),
             "{text}"
         );
+    }
+
+    // r[verify workload.image.always]
+    #[tokio::test]
+    async fn a_start_check_lost_with_a_stopped_module_is_begun_again_by_the_next_one() {
+        const IMAGE: &str = "reg.example/app:1";
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // The check fails at once (no daemon): any outcome answers the ask.
+        let fetcher = Arc::new(DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some("unix:///nonexistent/docker.sock")),
+            Duration::from_secs(5),
+        ));
+        let mut actuator = Actuator::new((*fetcher).clone(), PullConfig::new(7)).unwrap();
+        let t0 = std::time::Instant::now();
+        let asked = |since| super::start_checks(&node).ask(IMAGE, since);
+        let old = FollowedTags::new(&TagChecks::default(), 7, &node);
+        assert!(!asked(t0));
+        assert!(super::start_checks(&node).begin(IMAGE, t0));
+        // The module stops (a `[pull]` change, a reload, the supervisor) before the answer.
+        drop(old);
+
+        let mut tags = FollowedTags::new(&TagChecks::default(), 7, &node);
+        tags.before_start(IMAGE, &ImageState::Present, t0, &fetcher, &node);
+        let (reference, start, result) =
+            tokio::time::timeout(Duration::from_secs(30), tags.results.recv())
+                .await
+                .expect("the new module checks the tag")
+                .expect("a result");
+        assert!(start);
+        tags.answered(&reference, start, result, &fetcher, &mut actuator, &node);
+        assert!(asked(t0), "the start goes on");
     }
 
     fn sleeper(name: &str, image: &str) -> holdfast_workload::WorkloadConfig {
