@@ -501,8 +501,9 @@ impl FollowedTags {
 
     // r[impl workload.image.always]
     /// The checks asked for before a start: one begins for a present image a workload waits on;
-    /// while its image is pulled again (its tag moved), an attempt that failed answers the ask,
-    /// so the start goes on from the local image.
+    /// while its image is pulled again (its tag moved), an attempt that failed or that the pull's
+    /// pacing holds back answers the ask, so the start goes on from the local image (the pull
+    /// again itself goes on, paced, until it succeeds).
     fn before_start(
         &mut self,
         image: &str,
@@ -512,6 +513,7 @@ impl FollowedTags {
         node: &NodeState,
     ) {
         if self.moved.contains(image) {
+            // Failed, or held back by the pull's pacing (`Deferred`): either way not pulling now.
             let failed = !matches!(state, ImageState::Present | ImageState::Pulling { .. });
             if failed {
                 start_checks(node).pull_ended(image, now);
@@ -1645,6 +1647,8 @@ mod always_tests {
             &node,
         );
         assert!(asked(t2), "a failed pull again does not hold the start");
+        // As with "digest", the moved tag stays to be pulled again on the pull's paced schedule.
+        assert!(fetcher.pulls_again(IMAGE) && tags.moved.contains(IMAGE));
         let text = node.metrics.render();
         assert!(
             text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} 2"#),
