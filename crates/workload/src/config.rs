@@ -119,8 +119,8 @@ pub struct WorkloadConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_cert_renew: Option<crate::certs::CertRenew>,
     /// The tag is checked against the registry before each creation of the container
-    /// (`pull_policy = "always"`). Not part of the container's spec, so not in its hash.
-    #[serde(skip)]
+    /// (`pull_policy = "always"`). Holdfast's own ([`HOLDFAST_ONLY`]): not in the spec hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pull_always: bool,
 }
 
@@ -476,7 +476,7 @@ impl WorkloadConfig {
 
 /// The keys of a `[[workload]]` that shape no container (left out of the spec hash): the name is
 /// the label, the env file's variables are in `env`.
-pub const HOLDFAST_ONLY: [&str; 7] = [
+pub const HOLDFAST_ONLY: [&str; 8] = [
     "name",
     "restart",
     "min_run",
@@ -484,6 +484,7 @@ pub const HOLDFAST_ONLY: [&str; 7] = [
     "env_file",
     "depends_on",
     "on_cert_renew",
+    "pull_always",
 ];
 
 /// FNV-1a, 64-bit, each field prefixed with its length so no two specs collide by concatenation.
@@ -811,6 +812,7 @@ pub(crate) mod tests {
         holdfast_only.restart = RestartPolicy::Never;
         holdfast_only.min_run = Duration::from_secs(1);
         holdfast_only.stop_timeout = Duration::from_secs(1);
+        holdfast_only.pull_always = true;
         assert_eq!(holdfast_only.spec_hash(), h);
     }
 
@@ -904,6 +906,7 @@ pub(crate) mod tests {
             options: Some(BTreeMap::from([("max-size".into(), "50m".into())])),
         };
         w.depends_on = vec!["db".into()];
+        w.pull_always = true;
         w.health = Some(HealthCheck {
             cmd: vec![
                 "wget".into(),
@@ -928,7 +931,7 @@ pub(crate) mod tests {
         let json = serde_json::to_value(&full).unwrap();
         let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         // The full example sets every key (a key added later must be added there).
-        assert_eq!(keys.len(), 24, "{keys:?}");
+        assert_eq!(keys.len(), 25, "{keys:?}");
         for key in keys {
             // The key back at its default (absent from the TOML).
             let mut without = json.clone();
