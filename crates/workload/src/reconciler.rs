@@ -313,7 +313,8 @@ struct Entry {
     foreign_refusals: u32,
     foreign_until: Option<Instant>,
     /// Since when it has been ready to start (back-off over, dependencies ready), until it
-    /// starts: a `pull_policy = "always"` start waits for a tag check made after it.
+    /// starts, is adopted running, or its spec changes: a `pull_policy = "always"` start waits
+    /// for a tag check made after it.
     ready_since: Option<Instant>,
 }
 
@@ -735,6 +736,8 @@ impl Reconciler {
         entry.crash = self.config.crash_loop.clone();
         entry.crash_looping = false;
         entry.restart_due = false;
+        // Nor to the old spec's readiness (its image may differ).
+        entry.ready_since = None;
         // A new spec (perhaps on another network) owes nothing to the old one's refusals.
         entry.foreign_refusals = 0;
         entry.foreign_until = None;
@@ -1031,6 +1034,8 @@ impl Reconciler {
             Run::Starting { .. } => {}
             Run::Idle if current && c.running => {
                 tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
+                // It runs: the readiness it had while idle is no next start's.
+                entry.ready_since = None;
                 // A check the node makes has no verdict yet: its first probe gives one.
                 let node_probe = entry
                     .config
@@ -1072,6 +1077,8 @@ impl Reconciler {
         let Some(entry) = self.entries.get_mut(&c.workload) else {
             return;
         };
+        // Its readiness before this exit was listed is no next start's.
+        entry.ready_since = None;
         // Whether its run lasted is not known after a restart: it counts as lasted.
         match stays_stopped(entry.config.restart, true, c.exit_code) {
             Some(completed) => {

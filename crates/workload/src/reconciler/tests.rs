@@ -2672,3 +2672,61 @@ fn a_crash_looping_always_workload_asks_once_per_start() {
         starts
     );
 }
+
+// r[verify workload.image.always]
+#[test]
+fn a_start_after_an_adopted_run_waits_for_a_check_made_after_that_run() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    let mut checks = TagChecks::default();
+    // Ready, waiting for a check that does not come.
+    let ready = h.now;
+    assert!(h.tick_with(&mut checks).is_empty());
+    assert_eq!(checks.asks, vec![ready]);
+    // A re-list finds a running container of its spec: adopted, it runs and lasts.
+    h.now += S(5);
+    let hash = always("app").spec_hash();
+    h.daemon.push(("c1".into(), "app".into(), hash, true));
+    h.resync();
+    assert_eq!(h.running_id("app"), "c1");
+    h.now += S(1);
+    // A check made after the old readiness, but before the adopted run ended.
+    checks.checked = Some(h.now);
+    h.now += S(120);
+    assert!(h.tick_with(&mut checks).is_empty());
+    h.die("c1", 1, &["boom"]);
+    let died = h.now;
+    let asked = checks.asks.len();
+    while checks.asks.len() == asked && h.now < died + S(600) {
+        assert!(
+            h.tick_with(&mut checks).is_empty(),
+            "the check made before the run ended does not do"
+        );
+        h.now += S(1);
+    }
+    assert!(checks.asks[asked] >= died, "{:?}", checks.asks);
+}
+
+// r[verify workload.image.always]
+#[test]
+fn a_new_spec_waits_for_a_check_made_after_it_not_after_the_old_one_was_ready() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    let mut checks = TagChecks::default();
+    let ready = h.now;
+    assert!(h.tick_with(&mut checks).is_empty());
+    h.now += S(5);
+    let mut moved = always("app");
+    moved.image = "reg.example/app:2".into();
+    let actions = h.core.set_desired(vec![moved]);
+    h.perform(actions);
+    let changed = h.now;
+    // A check made after the old readiness, before the new spec came.
+    checks.checked = Some(changed - S(1));
+    assert!(
+        h.tick_with(&mut checks).is_empty(),
+        "the new spec's start waits for its own check"
+    );
+    assert_eq!(checks.asks.first(), Some(&ready));
+    assert_eq!(checks.asks.last(), Some(&changed));
+}
