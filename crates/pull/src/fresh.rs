@@ -87,6 +87,19 @@ impl StartChecks {
         self.pulling.clear();
     }
 
+    /// Keeps only the references `keep` says are needed (an ask for one no workload uses would
+    /// otherwise stay for the node's life).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        for map in [
+            &mut self.asked,
+            &mut self.in_flight,
+            &mut self.pulling,
+            &mut self.settled,
+        ] {
+            map.retain(|reference, _| keep(reference));
+        }
+    }
+
     /// `reference` is no longer needed.
     pub fn forget(&mut self, reference: &str) {
         self.asked.remove(reference);
@@ -187,5 +200,21 @@ mod tests {
         c.answered(other, false);
         assert!(c.ask(REF, t0));
         assert!(c.ask(other, t0));
+    }
+
+    // r[verify workload.image.always]
+    #[test]
+    fn only_the_references_still_needed_are_kept() {
+        let t0 = Instant::now();
+        let other = "reg.example/other:2";
+        let mut c = StartChecks::new();
+        assert!(!c.ask(REF, t0));
+        assert!(!c.ask(other, t0));
+        assert!(c.begin(other, t0));
+        c.answered(other, true);
+        c.retain(|r| r == REF);
+        assert!(!c.pulling(other));
+        assert!(!c.begin(other, t0 + S(1)), "its ask is gone");
+        assert!(c.begin(REF, t0 + S(1)), "the kept ask stays");
     }
 }

@@ -318,6 +318,9 @@ impl PullModule {
                 last.remove(gone);
                 tags.forget(gone, &self.node);
             }
+            // Asks for a reference no workload uses any more (or yet) go too; one still needed
+            // is asked again at the workload's next tick.
+            start_checks(&self.node).retain(|reference| now_kept.contains(reference));
             kept = now_kept;
             for (name, image) in &images {
                 let state = actuator.ensure(image, now);
