@@ -53,13 +53,15 @@ impl StartChecks {
         true
     }
 
-    /// The check of `reference` ended: `moved`, its image is pulled again first (settled by
-    /// [`pull_ended`](Self::pull_ended)); otherwise (unchanged, or the check failed) the asks made
-    /// before it began are answered.
-    pub fn answered(&mut self, reference: &str, moved: bool) {
-        let Some(began) = self.in_flight.remove(reference) else {
+    /// The check of `reference` begun at `began` ended: `moved`, its image is pulled again first
+    /// (settled by [`pull_ended`](Self::pull_ended)); otherwise (unchanged, or the check failed)
+    /// the asks made before it began are answered. A late result of a check no longer under way
+    /// (forgotten, reset, begun again since) answers nothing.
+    pub fn answered(&mut self, reference: &str, began: Instant, moved: bool) {
+        if self.in_flight.get(reference) != Some(&began) {
             return;
-        };
+        }
+        self.in_flight.remove(reference);
         if moved {
             self.pulling.insert(reference.to_owned(), began);
         } else {
@@ -137,12 +139,12 @@ mod tests {
         // One check at a time, however often the workload asks.
         assert!(!c.ask(REF, t0));
         assert!(!c.begin(REF, t0 + S(2)));
-        c.answered(REF, false);
+        c.answered(REF, t0 + S(1), false);
         assert!(c.ask(REF, t0));
         // The next start (ready later) needs a check of its own.
         assert!(!c.ask(REF, t0 + S(30)));
         assert!(c.begin(REF, t0 + S(31)));
-        c.answered(REF, false);
+        c.answered(REF, t0 + S(31), false);
         assert!(c.ask(REF, t0 + S(30)));
         assert!(!c.begin(REF, t0 + S(32)), "answered: no further check");
     }
@@ -154,7 +156,7 @@ mod tests {
         let mut c = StartChecks::new();
         assert!(!c.ask(REF, t0));
         assert!(c.begin(REF, t0));
-        c.answered(REF, true);
+        c.answered(REF, t0, true);
         assert!(c.pulling(REF));
         assert!(!c.ask(REF, t0), "waits for the new content");
         assert!(
@@ -164,10 +166,10 @@ mod tests {
         // The pull again fails (or succeeds): the start goes on.
         c.pull_ended(REF, t0 + S(5));
         assert!(c.ask(REF, t0));
-        // A check that fails is answered as one that found nothing (`answered(_, false)`).
+        // A check that fails is answered as one that found nothing (`answered(_, _, false)`).
         assert!(!c.ask(REF, t0 + S(10)));
         assert!(c.begin(REF, t0 + S(10)));
-        c.answered(REF, false);
+        c.answered(REF, t0 + S(10), false);
         assert!(c.ask(REF, t0 + S(10)));
         // A pull again under way for another reason (`digest`) answers a waiting ask as it ends.
         assert!(!c.ask(REF, t0 + S(20)));
@@ -187,7 +189,7 @@ mod tests {
         assert!(c.begin(REF, t0));
         assert!(!c.ask(other, t0));
         assert!(c.begin(other, t0));
-        c.answered(other, true);
+        c.answered(other, t0, true);
         // The module stops: neither answer ever comes.
         assert!(!c.begin(REF, t0 + S(1)));
         assert!(!c.begin(other, t0 + S(1)));
@@ -196,8 +198,8 @@ mod tests {
         assert!(!c.ask(REF, t0), "the ask is kept");
         assert!(c.begin(REF, t0 + S(2)), "begun again by the new module");
         assert!(c.begin(other, t0 + S(2)));
-        c.answered(REF, false);
-        c.answered(other, false);
+        c.answered(REF, t0 + S(2), false);
+        c.answered(other, t0 + S(2), false);
         assert!(c.ask(REF, t0));
         assert!(c.ask(other, t0));
     }
@@ -211,10 +213,28 @@ mod tests {
         assert!(!c.ask(REF, t0));
         assert!(!c.ask(other, t0));
         assert!(c.begin(other, t0));
-        c.answered(other, true);
+        c.answered(other, t0, true);
         c.retain(|r| r == REF);
         assert!(!c.pulling(other));
         assert!(!c.begin(other, t0 + S(1)), "its ask is gone");
         assert!(c.begin(REF, t0 + S(1)), "the kept ask stays");
+    }
+
+    // r[verify workload.image.always]
+    #[test]
+    fn a_late_result_does_not_answer_a_check_begun_after_it() {
+        let t0 = Instant::now();
+        let mut c = StartChecks::new();
+        assert!(!c.ask(REF, t0));
+        assert!(c.begin(REF, t0));
+        // Forgotten and needed again: a new ask, a new check.
+        c.forget(REF);
+        assert!(!c.ask(REF, t0 + S(10)));
+        assert!(c.begin(REF, t0 + S(10)));
+        // The old check's result comes late: it answers nothing.
+        c.answered(REF, t0, false);
+        assert!(!c.ask(REF, t0 + S(10)));
+        c.answered(REF, t0 + S(10), false);
+        assert!(c.ask(REF, t0 + S(10)));
     }
 }

@@ -437,8 +437,13 @@ impl PullModule {
     }
 }
 
-/// A tag check's outcome: (reference, made before a start (`pull_policy = "always"`), outcome).
-type CheckResult = (String, bool, Result<TagCheck, PullError>);
+/// A tag check's outcome: (reference, when it began if made before a start (`pull_policy =
+/// "always"`), outcome).
+type CheckResult = (
+    String,
+    Option<std::time::Instant>,
+    Result<TagCheck, PullError>,
+);
 
 // r[impl actuate.image.tag-moved]
 // r[impl workload.image.moved]
@@ -499,7 +504,7 @@ impl FollowedTags {
         }
         self.checks.checked(image, now);
         self.in_flight.insert(image.to_owned());
-        self.spawn_check(image, false, fetcher);
+        self.spawn_check(image, None, fetcher);
     }
 
     // r[impl workload.image.always]
@@ -524,11 +529,16 @@ impl FollowedTags {
             return;
         }
         if matches!(state, ImageState::Present) && start_checks(node).begin(image, now) {
-            self.spawn_check(image, true, fetcher);
+            self.spawn_check(image, Some(now), fetcher);
         }
     }
 
-    fn spawn_check(&mut self, image: &str, start: bool, fetcher: &Arc<DockerFetcher>) {
+    fn spawn_check(
+        &mut self,
+        image: &str,
+        start: Option<std::time::Instant>,
+        fetcher: &Arc<DockerFetcher>,
+    ) {
         let fetcher = Arc::clone(fetcher);
         let tx = self.tx.clone();
         let reference = image.to_owned();
@@ -550,16 +560,16 @@ impl FollowedTags {
     fn answered(
         &mut self,
         image: &str,
-        start: bool,
+        start: Option<std::time::Instant>,
         result: Result<TagCheck, PullError>,
         fetcher: &Arc<DockerFetcher>,
         actuator: &mut Actuator<DockerFetcher>,
         node: &NodeState,
     ) {
-        if !start {
+        if start.is_none() {
             self.in_flight.remove(image);
         }
-        let next = (!start).then(|| self.checks.interval());
+        let next = start.is_none().then(|| self.checks.interval());
         record_check(node, image, &result, next);
         let moved = matches!(result, Ok(TagCheck::Moved { .. }));
         match result {
@@ -575,8 +585,8 @@ impl FollowedTags {
             // Asked again at the next interval (or start), never sooner.
             Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
         }
-        if start {
-            start_checks(node).answered(image, moved);
+        if let Some(began) = start {
+            start_checks(node).answered(image, began, moved);
         }
     }
 }
@@ -1585,7 +1595,7 @@ mod always_tests {
         assert!(super::start_checks(&node).begin(IMAGE, t0));
         tags.answered(
             IMAGE,
-            true,
+            Some(t0),
             failed(PullErrorKind::RegistryUnreachable),
             &fetcher,
             &mut actuator,
@@ -1600,7 +1610,7 @@ mod always_tests {
         assert!(super::start_checks(&node).begin(IMAGE, t1));
         tags.answered(
             IMAGE,
-            true,
+            Some(t1),
             failed(PullErrorKind::Unauthorized),
             &fetcher,
             &mut actuator,
@@ -1626,7 +1636,7 @@ mod always_tests {
         let moved = Ok(TagCheck::Moved {
             remote: "sha256:2".into(),
         });
-        tags.answered(IMAGE, true, moved, &fetcher, &mut actuator, &node);
+        tags.answered(IMAGE, Some(t2), moved, &fetcher, &mut actuator, &node);
         assert!(fetcher.pulls_again(IMAGE), "pulled again although present");
         assert!(
             node.faults.get(&super::tag_check_subject(IMAGE)).is_none(),
@@ -1689,7 +1699,7 @@ mod always_tests {
                 .await
                 .expect("the new module checks the tag")
                 .expect("a result");
-        assert!(start);
+        assert_eq!(start, Some(t0));
         tags.answered(&reference, start, result, &fetcher, &mut actuator, &node);
         assert!(asked(t0), "the start goes on");
     }

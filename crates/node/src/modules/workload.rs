@@ -427,7 +427,7 @@ mod tests {
         node.start_checks
             .lock()
             .unwrap()
-            .answered("busybox:1", false);
+            .answered("busybox:1", since, false);
         assert_eq!(
             images.ensure_fresh("busybox:1", since, since),
             ImagePresence::Present
