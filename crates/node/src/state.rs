@@ -107,6 +107,9 @@ pub struct NodeState {
     pub workload: Slot<crate::modules::workload::RunningWorkloads>,
     /// The running gateway (its connections, pushes, readiness and last drain).
     pub gateway: crate::modules::gateway::GatewayView,
+    /// The tag checks `pull_policy = "always"` workloads ask for before each start, answered by
+    /// the pull module (`r[workload.image.always]`).
+    pub start_checks: Arc<Mutex<holdfast_pull::StartChecks>>,
     phase: Arc<watch::Sender<Phase>>,
     modules: Arc<Mutex<BTreeMap<String, ModuleEntry>>>,
     workloads: Arc<Mutex<BTreeMap<String, WorkloadStatus>>>,
@@ -149,6 +152,7 @@ impl NodeState {
             forward: Slot::default(),
             workload: Slot::default(),
             gateway: crate::modules::gateway::GatewayView::with_faults(faults.clone()),
+            start_checks: Arc::default(),
             phase: Arc::new(watch::channel(Phase::Starting).0),
             modules: Arc::default(),
             workloads: Arc::default(),

@@ -9,7 +9,8 @@
 //! daemon's status and message ([`classify`]), stalled pulls are ended by a progress watchdog
 //! ([`watchdog`]), progress is folded into layers and bytes ([`progress`]), the daemon is reached
 //! like the Docker CLI reaches it ([`client`], [`fetcher`]), image references are read by Docker's
-//! grammar ([`reference`]), and escalations become
+//! grammar ([`reference`]), tags are checked on an interval ([`tag`]) or before each start
+//! ([`fresh`]), and escalations become
 //! operator-visible faults ([`fault`]); images no workload uses are collected when the disk fills
 //! ([`gc`]).
 //!
@@ -25,6 +26,7 @@ pub mod credentials;
 pub mod daemon_wait;
 pub mod fault;
 pub mod fetcher;
+pub mod fresh;
 pub mod gc;
 pub mod pacing;
 pub mod progress;
@@ -44,6 +46,7 @@ pub use credentials::{
 };
 pub use fault::{FaultSubject, MODULE, PullFaults};
 pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
+pub use fresh::StartChecks;
 pub use gc::{
     DEFAULT_GC_GRACE, DEFAULT_GC_HIGH_PERCENT, DEFAULT_GC_INTERVAL, DEFAULT_GC_LOW_PERCENT, Disk,
     DiskUsage, GcError, GcPolicy, GcPolicyError, GcRun, ImageGc, LocalImage, Plan, Removal,

@@ -118,6 +118,10 @@ pub struct WorkloadConfig {
     /// What the container is told when one of its certificates is renewed (unset: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_cert_renew: Option<crate::certs::CertRenew>,
+    /// The tag is checked against the registry before each creation of the container
+    /// (`pull_policy = "always"`). Holdfast's own ([`HOLDFAST_ONLY`]): not in the spec hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pull_always: bool,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
@@ -184,6 +188,7 @@ impl WorkloadConfig {
             depends_on: Vec::new(),
             certificates: Vec::new(),
             on_cert_renew: None,
+            pull_always: false,
         }
     }
 
@@ -425,6 +430,7 @@ impl WorkloadConfig {
             env_file: self.env_file.clone(),
             depends_on: self.depends_on.clone(),
             on_cert_renew: self.on_cert_renew.clone(),
+            pull_always: self.pull_always,
             ..WorkloadConfig::new(self.name.clone(), self.image.clone())
         };
         if *self != legacy {
@@ -447,7 +453,7 @@ impl WorkloadConfig {
 
 /// The keys of a `[[workload]]` that shape no container (left out of the spec hash): the name is
 /// the label, the env file's variables are in `env`.
-pub const HOLDFAST_ONLY: [&str; 7] = [
+pub const HOLDFAST_ONLY: [&str; 8] = [
     "name",
     "restart",
     "min_run",
@@ -455,6 +461,7 @@ pub const HOLDFAST_ONLY: [&str; 7] = [
     "env_file",
     "depends_on",
     "on_cert_renew",
+    "pull_always",
 ];
 
 /// FNV-1a, 64-bit, each field prefixed with its length so no two specs collide by concatenation.
@@ -782,6 +789,7 @@ pub(crate) mod tests {
         holdfast_only.restart = RestartPolicy::Never;
         holdfast_only.min_run = Duration::from_secs(1);
         holdfast_only.stop_timeout = Duration::from_secs(1);
+        holdfast_only.pull_always = true;
         assert_eq!(holdfast_only.spec_hash(), h);
     }
 
@@ -878,6 +886,7 @@ pub(crate) mod tests {
             options: Some(BTreeMap::from([("max-size".into(), "50m".into())])),
         };
         w.depends_on = vec!["db".into()];
+        w.pull_always = true;
         w.health = Some(HealthCheck {
             cmd: vec![
                 "wget".into(),
@@ -902,7 +911,7 @@ pub(crate) mod tests {
         let json = serde_json::to_value(&full).unwrap();
         let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         // The full example sets every key (a key added later must be added there).
-        assert_eq!(keys.len(), 24, "{keys:?}");
+        assert_eq!(keys.len(), 25, "{keys:?}");
         for key in keys {
             // The key back at its default (absent from the TOML).
             let mut without = json.clone();

@@ -22,6 +22,15 @@ pub enum ImagePresence {
 pub trait Images {
     /// Where `reference` stands; may start a pull (paced by the implementer).
     fn ensure(&mut self, reference: &str, now: Instant) -> ImagePresence;
+
+    /// Where `reference` stands for a workload that checks its tag before each creation
+    /// (`pull_policy = "always"`): present only once a check of the tag made at or after `since`
+    /// (when the workload became ready to start) has settled, the image pulled again first if the
+    /// tag moved. The default does not check: it is [`Images::ensure`].
+    fn ensure_fresh(&mut self, reference: &str, since: Instant, now: Instant) -> ImagePresence {
+        let _ = since;
+        self.ensure(reference, now)
+    }
 }
 
 impl<F: FnMut(&str, Instant) -> ImagePresence> Images for F {

@@ -312,6 +312,10 @@ struct Entry {
     /// may be made (`workload.network.foreign`): paced apart from the restart gate.
     foreign_refusals: u32,
     foreign_until: Option<Instant>,
+    /// Since when it has been ready to start (back-off over, dependencies ready), until it
+    /// starts, is adopted running, or its spec changes: a `pull_policy = "always"` start waits
+    /// for a tag check made after it.
+    ready_since: Option<Instant>,
 }
 
 /// A signal owed to a workload's container after a renewal of a certificate it mounts.
@@ -660,6 +664,7 @@ impl Reconciler {
                     waiting_on: Vec::new(),
                     foreign_refusals: 0,
                     foreign_until: None,
+                    ready_since: None,
                 },
             );
         }
@@ -731,6 +736,8 @@ impl Reconciler {
         entry.crash = self.config.crash_loop.clone();
         entry.crash_looping = false;
         entry.restart_due = false;
+        // Nor to the old spec's readiness (its image may differ).
+        entry.ready_since = None;
         // A new spec (perhaps on another network) owes nothing to the old one's refusals.
         entry.foreign_refusals = 0;
         entry.foreign_until = None;
@@ -1027,6 +1034,8 @@ impl Reconciler {
             Run::Starting { .. } => {}
             Run::Idle if current && c.running => {
                 tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
+                // It runs: the readiness it had while idle is no next start's.
+                entry.ready_since = None;
                 // A check the node makes has no verdict yet: its first probe gives one.
                 let node_probe = entry
                     .config
@@ -1068,6 +1077,8 @@ impl Reconciler {
         let Some(entry) = self.entries.get_mut(&c.workload) else {
             return;
         };
+        // Its readiness before this exit was listed is no next start's.
+        entry.ready_since = None;
         // Whether its run lasted is not known after a restart: it counts as lasted.
         match stays_stopped(entry.config.restart, true, c.exit_code) {
             Some(completed) => {
@@ -1390,13 +1401,16 @@ impl Reconciler {
                         entry.foreign_until = None;
                     }
                     if self.gate.check(&name, now).is_err() || entry.foreign_until.is_some() {
+                        entry.ready_since = None;
                         continue;
                     }
                     if Self::name_taken(&self.retiring, &self.orphans, &name) {
+                        entry.ready_since = None;
                         continue;
                     }
                     entry.waiting_on = unready_dependencies(&entry.config, &ready);
                     if !entry.waiting_on.is_empty() {
+                        entry.ready_since = None;
                         continue;
                     }
                     if !Self::image_present(images, entry, now) {
@@ -1424,6 +1438,7 @@ impl Reconciler {
                             self.config.owner.as_deref(),
                         )),
                     });
+                    entry.ready_since = None;
                     entry.run = Run::Starting {
                         attempt,
                         token,
@@ -1485,10 +1500,18 @@ impl Reconciler {
     }
 
     // r[impl workload.image]
-    /// Asks `images` at `now` whether `entry`'s image is present; while it is not, the entry
-    /// keeps the pull's account of it (and the caller begins no attempt).
+    // r[impl workload.image.always]
+    /// Asks `images` at `now` whether `entry`'s image is present (under `pull_policy = "always"`,
+    /// checked since the entry became ready to start); while it is not, the entry keeps the
+    /// pull's account of it (and the caller begins no attempt).
     fn image_present(images: &mut dyn Images, entry: &mut Entry, now: Instant) -> bool {
-        match images.ensure(&entry.config.image, now) {
+        let since = *entry.ready_since.get_or_insert(now);
+        let presence = if entry.config.pull_always {
+            images.ensure_fresh(&entry.config.image, since, now)
+        } else {
+            images.ensure(&entry.config.image, now)
+        };
+        match presence {
             ImagePresence::Pending { detail } => {
                 entry.image_detail = Some(detail);
                 false

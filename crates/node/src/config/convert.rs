@@ -44,6 +44,11 @@ impl Workload {
             self.name.get_ref().clone(),
             self.image.get_ref().clone(),
         );
+        // i[impl node.pull.policy+2]
+        w.pull_always = self
+            .pull_policy
+            .as_ref()
+            .is_some_and(|p| *p.get_ref() == PullPolicy::Always);
         if let Some(command) = &self.command {
             w.command = command.get_ref().clone();
         }
@@ -223,7 +228,7 @@ impl Config {
         auth
     }
 
-    // i[impl node.pull.policy]
+    // i[impl node.pull.policy+2]
     /// The images whose tags the pull module follows (`pull_policy = "digest"`), and how often.
     pub fn tag_checks(&self) -> TagChecks {
         TagChecks {

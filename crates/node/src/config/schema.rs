@@ -292,6 +292,9 @@ pub enum PullPolicy {
     /// Pulled when absent, never checked again (the default).
     #[default]
     Missing,
+    /// The tag is checked against the registry before each creation of the container, pulled
+    /// again first when it moved.
+    Always,
     /// The tag is checked against the registry on `pull.digest_interval`, pulled again and the
     /// container replaced when it moved.
     Digest,
@@ -472,7 +475,9 @@ pub struct Workload {
     /// this image's registry, used instead of `pull.docker_config` (default: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_file: Option<Spanned<PathBuf>>,
-    /// `"missing"` (default) or `"digest"`: check the tag against the registry and follow it.
+    /// `"missing"` (default: pull only an image not present), `"digest"` (check the tag against
+    /// the registry and follow it) or `"always"` (check the tag before each start of the
+    /// container, pulling a moved one first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_policy: Option<Spanned<PullPolicy>>,
     /// Certificates of `[issuance]` (by first name) mounted read-only at

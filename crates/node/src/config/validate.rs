@@ -1333,7 +1333,7 @@ mod tests {
     }
 
     // i[verify node.pull.credentials]
-    // i[verify node.pull.policy]
+    // i[verify node.pull.policy+2]
     #[test]
     fn registry_credentials_are_located_validated_and_reach_the_pull_module() {
         use std::os::unix::fs::PermissionsExt as _;
@@ -1388,6 +1388,19 @@ mod tests {
             [("reg.example/app:1".to_owned(), vec!["app".to_owned()])].into()
         );
         assert_eq!(checks.interval, std::time::Duration::from_secs(900));
+        assert!(
+            !Config::parse("t.toml", &followed).unwrap().workloads[0]
+                .to_config()
+                .pull_always
+        );
+        // "always": checked before each start, not followed on the interval.
+        let always = text.replace(
+            "credentials_file",
+            "pull_policy = \"always\"\ncredentials_file",
+        );
+        let always = Config::parse("t.toml", &always).unwrap();
+        assert!(always.tag_checks().images.is_empty());
+        assert!(always.workloads[0].to_config().pull_always);
         let bad = text.replace(
             "credentials_file",
             "pull_policy = \"sometimes\"\ncredentials_file",

@@ -271,7 +271,11 @@ impl PullModule {
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
         // The references of the last tick's set: one a reload removed is forgotten.
         let mut kept: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
+        let mut tags = FollowedTags::new(
+            &self.tag_checks,
+            self.config.image_policy().seed(),
+            &self.node,
+        );
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -291,8 +295,8 @@ impl PullModule {
                         }
                     }
                 }
-                Some((reference, result)) = tags.results.recv() => {
-                    tags.answered(&reference, result, &fetcher, &mut actuator, &self.node);
+                Some((reference, start, result)) = tags.results.recv() => {
+                    tags.answered(&reference, start, result, &fetcher, &mut actuator, &self.node);
                 }
                 _ = &mut stop => {
                     health.set(Health::Stopped);
@@ -312,8 +316,11 @@ impl PullModule {
             for gone in kept.difference(&now_kept) {
                 actuator.forget(gone);
                 last.remove(gone);
-                tags.forget(gone);
+                tags.forget(gone, &self.node);
             }
+            // Asks for a reference no workload uses any more (or yet) go too; one still needed
+            // is asked again at the workload's next tick.
+            start_checks(&self.node).retain(|reference| now_kept.contains(reference));
             kept = now_kept;
             for (name, image) in &images {
                 let state = actuator.ensure(image, now);
@@ -336,6 +343,7 @@ impl PullModule {
                 if matches!(state, ImageState::Present) {
                     tags.present(image, now, &fetcher, &self.node);
                 }
+                tags.before_start(image, &state, now, &fetcher, &self.node);
                 self.count_outcome(&mut last, image, label);
                 let (label, detail) = shown(label, detail, tags.moved.contains(image));
                 statuses.push(WorkloadStatus {
@@ -429,6 +437,14 @@ impl PullModule {
     }
 }
 
+/// A tag check's outcome: (reference, when it began if made before a start (`pull_policy =
+/// "always"`), outcome).
+type CheckResult = (
+    String,
+    Option<std::time::Instant>,
+    Result<TagCheck, PullError>,
+);
+
 // r[impl actuate.image.tag-moved]
 // r[impl workload.image.moved]
 /// The followed tags: each present one checked once an interval; a moved one marked to be pulled
@@ -440,14 +456,17 @@ struct FollowedTags {
     in_flight: std::collections::BTreeSet<String>,
     /// Moved, being pulled again: the workloads are told once it is present.
     moved: std::collections::BTreeSet<String>,
-    tx: tokio::sync::mpsc::UnboundedSender<(String, Result<TagCheck, PullError>)>,
-    results: tokio::sync::mpsc::UnboundedReceiver<(String, Result<TagCheck, PullError>)>,
+    tx: tokio::sync::mpsc::UnboundedSender<CheckResult>,
+    results: tokio::sync::mpsc::UnboundedReceiver<CheckResult>,
     /// The checks under way: aborted when the module stops (this is dropped with its task).
     tasks: tokio::task::JoinSet<()>,
 }
 
 impl FollowedTags {
-    fn new(config: &TagChecks, seed: u64) -> Self {
+    /// The followed tags of a module that is starting: the start checks a previous module had
+    /// under way never end (their tasks went with it), so they begin again here.
+    fn new(config: &TagChecks, seed: u64, node: &NodeState) -> Self {
+        start_checks(node).reset_under_way();
         let (tx, results) = tokio::sync::mpsc::unbounded_channel();
         FollowedTags {
             images: config.images.clone(),
@@ -475,6 +494,7 @@ impl FollowedTags {
             let _ = node
                 .workload
                 .with(|w| w.handle.image_moved(image, followers));
+            start_checks(node).pull_ended(image, now);
         }
         if !self.images.contains_key(image)
             || self.in_flight.contains(image)
@@ -484,6 +504,41 @@ impl FollowedTags {
         }
         self.checks.checked(image, now);
         self.in_flight.insert(image.to_owned());
+        self.spawn_check(image, None, fetcher);
+    }
+
+    // r[impl workload.image.always]
+    /// The checks asked for before a start: one begins for a present image a workload waits on;
+    /// while its image is pulled again (its tag moved), an attempt that failed or that the pull's
+    /// pacing holds back answers the ask, so the start goes on from the local image (the pull
+    /// again itself goes on, paced, until it succeeds).
+    fn before_start(
+        &mut self,
+        image: &str,
+        state: &ImageState,
+        now: std::time::Instant,
+        fetcher: &Arc<DockerFetcher>,
+        node: &NodeState,
+    ) {
+        if self.moved.contains(image) {
+            // Failed, or held back by the pull's pacing (`Deferred`): either way not pulling now.
+            let failed = !matches!(state, ImageState::Present | ImageState::Pulling { .. });
+            if failed {
+                start_checks(node).pull_ended(image, now);
+            }
+            return;
+        }
+        if matches!(state, ImageState::Present) && start_checks(node).begin(image, now) {
+            self.spawn_check(image, Some(now), fetcher);
+        }
+    }
+
+    fn spawn_check(
+        &mut self,
+        image: &str,
+        start: Option<std::time::Instant>,
+        fetcher: &Arc<DockerFetcher>,
+    ) {
         let fetcher = Arc::clone(fetcher);
         let tx = self.tx.clone();
         let reference = image.to_owned();
@@ -491,38 +546,56 @@ impl FollowedTags {
         while self.tasks.try_join_next().is_some() {}
         self.tasks.spawn(async move {
             let result = fetcher.check_tag(reference.clone()).await;
-            let _ = tx.send((reference, result));
+            let _ = tx.send((reference, start, result));
         });
     }
 
     /// `image` is no longer kept: a move noticed is no longer acted on.
-    fn forget(&mut self, image: &str) {
+    fn forget(&mut self, image: &str, node: &NodeState) {
         self.moved.remove(image);
         self.checks.forget(image);
+        start_checks(node).forget(image);
     }
 
     fn answered(
         &mut self,
         image: &str,
+        start: Option<std::time::Instant>,
         result: Result<TagCheck, PullError>,
         fetcher: &Arc<DockerFetcher>,
         actuator: &mut Actuator<DockerFetcher>,
         node: &NodeState,
     ) {
-        self.in_flight.remove(image);
-        record_check(node, image, &result, self.checks.interval());
+        if start.is_none() {
+            self.in_flight.remove(image);
+        }
+        let next = start.is_none().then(|| self.checks.interval());
+        record_check(node, image, &result, next);
+        let moved = matches!(result, Ok(TagCheck::Moved { .. }));
         match result {
             Ok(TagCheck::Unchanged) => tracing::debug!(%image, "tag unchanged"),
+            // Already being pulled again: the pull under way brings the new content.
+            Ok(TagCheck::Moved { .. }) if self.moved.contains(image) => {}
             Ok(TagCheck::Moved { remote }) => {
                 tracing::info!(%image, digest = %remote, "tag moved in its registry; pulling it again");
                 fetcher.pull_again(image);
                 actuator.invalidate(image);
                 self.moved.insert(image.to_owned());
             }
-            // Asked again at the next interval, never sooner.
+            // Asked again at the next interval (or start), never sooner.
             Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
         }
+        if let Some(began) = start {
+            start_checks(node).answered(image, began, moved);
+        }
     }
+}
+
+/// The node's start checks, locked.
+fn start_checks(node: &NodeState) -> std::sync::MutexGuard<'_, holdfast_pull::StartChecks> {
+    node.start_checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The fault of a followed tag that cannot be checked.
@@ -539,7 +612,7 @@ fn record_check(
     node: &NodeState,
     image: &str,
     result: &Result<TagCheck, PullError>,
-    interval: Duration,
+    interval: Option<Duration>,
 ) {
     let outcome = match result {
         Ok(TagCheck::Unchanged) => "tag_unchanged",
@@ -569,8 +642,11 @@ fn record_check(
                 error.kind.as_str(),
                 &format!(
                     "cannot check whether the tag of {image} moved: {error}; the local image runs \
-                     on, checked again in {}s",
-                    interval.as_secs()
+                     on, checked again {}",
+                    match interval {
+                        Some(interval) => format!("in {}s", interval.as_secs()),
+                        None => "before its workload's next start".to_owned(),
+                    }
                 ),
                 failures,
                 SystemTime::now(),
@@ -1131,8 +1207,8 @@ mod tests {
             PullErrorKind::Unauthorized,
             "registry reg.example refused",
         ));
-        super::record_check(&node, "reg.example/app:1", &refused, interval);
-        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        super::record_check(&node, "reg.example/app:1", &refused, Some(interval));
+        super::record_check(&node, "reg.example/app:1", &refused, Some(interval));
         let fault = node
             .faults
             .get(&super::tag_check_subject("reg.example/app:1"))
@@ -1144,7 +1220,7 @@ mod tests {
             PullErrorKind::RegistryUnreachable,
             "timeout",
         ));
-        super::record_check(&node, "other:1", &unreachable, interval);
+        super::record_check(&node, "other:1", &unreachable, Some(interval));
         assert!(
             node.faults
                 .get(&super::tag_check_subject("other:1"))
@@ -1154,7 +1230,7 @@ mod tests {
             &node,
             "reg.example/app:1",
             &Ok(TagCheck::Unchanged),
-            interval,
+            Some(interval),
         );
         assert!(
             node.faults
@@ -1225,7 +1301,7 @@ mod tests {
 
     /// Points `path:to` at `path:from`'s manifest through the registry's own API (what a CI
     /// pushing a new build under the same tag amounts to).
-    fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
+    pub(super) fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
         use std::io::{Read as _, Write as _};
         const MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
         let exchange = |request: &[u8]| {
@@ -1255,7 +1331,7 @@ mod tests {
         assert!(head.contains(" 201 "), "{head}");
     }
 
-    async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
+    pub(super) async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
         use futures_util::TryStreamExt as _;
         daemon
             .push_image(
@@ -1451,5 +1527,378 @@ mod tests {
             let _ = daemon.remove_container(&id, force()).await;
         }
         let _ = daemon.remove_image(&image, force_image(), None).await;
+    }
+}
+
+#[cfg(test)]
+mod always_tests {
+    use std::time::Duration;
+
+    use bollard::query_parameters as q;
+    use futures_util::TryStreamExt as _;
+    use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn container_of(node: &NodeState, name: &str) -> Option<String> {
+        let status = node.workload.with(|r| r.handle.status()).ok()?;
+        match &status.iter().find(|s| s.name == name)?.state {
+            holdfast_workload::WorkloadState::Running { container, .. } => Some(container.clone()),
+            _ => None,
+        }
+    }
+
+    async fn label_of(daemon: &bollard::Docker, container: &str) -> Option<String> {
+        let inspected = daemon
+            .inspect_container(container, None::<q::InspectContainerOptions>)
+            .await
+            .unwrap();
+        inspected
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get("holdfast.test").cloned())
+    }
+
+    async fn wait_for(node: &NodeState, what: &str, done: impl Fn() -> bool) {
+        let end = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(
+                tokio::time::Instant::now() < end,
+                "never: {what}: {:?} {:?}",
+                node.workloads(),
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // r[verify workload.image.always]
+    #[tokio::test]
+    async fn a_start_check_answers_its_ask_whatever_it_found_and_a_moved_tag_after_its_pull() {
+        use holdfast_pull::PullErrorKind;
+        const IMAGE: &str = "reg.example/app:1";
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // Nothing is dialed: the fetcher's daemon is never reached in this test.
+        let fetcher = Arc::new(DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some("unix:///nonexistent/docker.sock")),
+            Duration::from_secs(5),
+        ));
+        let mut actuator = Actuator::new((*fetcher).clone(), PullConfig::new(7)).unwrap();
+        let mut tags = FollowedTags::new(&TagChecks::default(), 7, &node);
+        let t0 = std::time::Instant::now();
+        let asked = |since| super::start_checks(&node).ask(IMAGE, since);
+        let failed = |kind| Err(PullError::new(kind, "registry says no"));
+
+        // Unreachable: counted, no fault, and the start goes on.
+        assert!(!asked(t0));
+        assert!(super::start_checks(&node).begin(IMAGE, t0));
+        tags.answered(
+            IMAGE,
+            Some(t0),
+            failed(PullErrorKind::RegistryUnreachable),
+            &fetcher,
+            &mut actuator,
+            &node,
+        );
+        assert!(asked(t0), "a failed check does not hold the start");
+        assert!(node.faults.get(&super::tag_check_subject(IMAGE)).is_none());
+
+        // Refused: a fault on the tag that says when it is checked again; the start goes on.
+        let t1 = t0 + Duration::from_secs(30);
+        assert!(!asked(t1));
+        assert!(super::start_checks(&node).begin(IMAGE, t1));
+        tags.answered(
+            IMAGE,
+            Some(t1),
+            failed(PullErrorKind::Unauthorized),
+            &fetcher,
+            &mut actuator,
+            &node,
+        );
+        assert!(asked(t1));
+        let fault = node
+            .faults
+            .get(&super::tag_check_subject(IMAGE))
+            .expect("a fault");
+        assert!(
+            fault
+                .message
+                .ends_with("checked again before its workload's next start"),
+            "{}",
+            fault.message
+        );
+
+        // Moved: pulled again first; the ask waits for that pull, and a failed attempt answers it.
+        let t2 = t0 + Duration::from_secs(60);
+        assert!(!asked(t2));
+        assert!(super::start_checks(&node).begin(IMAGE, t2));
+        let moved = Ok(TagCheck::Moved {
+            remote: "sha256:2".into(),
+        });
+        tags.answered(IMAGE, Some(t2), moved, &fetcher, &mut actuator, &node);
+        assert!(fetcher.pulls_again(IMAGE), "pulled again although present");
+        assert!(
+            node.faults.get(&super::tag_check_subject(IMAGE)).is_none(),
+            "cleared"
+        );
+        let pulling = ImageState::Pulling {
+            progress: Default::default(),
+        };
+        tags.before_start(IMAGE, &pulling, t2, &fetcher, &node);
+        assert!(!asked(t2), "waits for the new content");
+        let waiting = ImageState::Waiting {
+            until: t2 + Duration::from_secs(10),
+            failures: 1,
+            last_error: PullError::new(PullErrorKind::RegistryUnreachable, "timeout"),
+        };
+        tags.before_start(
+            IMAGE,
+            &waiting,
+            t2 + Duration::from_secs(1),
+            &fetcher,
+            &node,
+        );
+        assert!(asked(t2), "a failed pull again does not hold the start");
+        // As with "digest", the moved tag stays to be pulled again on the pull's paced schedule.
+        assert!(fetcher.pulls_again(IMAGE) && tags.moved.contains(IMAGE));
+        let text = node.metrics.render();
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_moved"} 1"#),
+            "{text}"
+        );
+    }
+
+    // r[verify workload.image.always]
+    #[tokio::test]
+    async fn a_start_check_lost_with_a_stopped_module_is_begun_again_by_the_next_one() {
+        const IMAGE: &str = "reg.example/app:1";
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // The check fails at once (no daemon): any outcome answers the ask.
+        let fetcher = Arc::new(DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some("unix:///nonexistent/docker.sock")),
+            Duration::from_secs(5),
+        ));
+        let mut actuator = Actuator::new((*fetcher).clone(), PullConfig::new(7)).unwrap();
+        let t0 = std::time::Instant::now();
+        let asked = |since| super::start_checks(&node).ask(IMAGE, since);
+        let old = FollowedTags::new(&TagChecks::default(), 7, &node);
+        assert!(!asked(t0));
+        assert!(super::start_checks(&node).begin(IMAGE, t0));
+        // The module stops (a `[pull]` change, a reload, the supervisor) before the answer.
+        drop(old);
+
+        let mut tags = FollowedTags::new(&TagChecks::default(), 7, &node);
+        tags.before_start(IMAGE, &ImageState::Present, t0, &fetcher, &node);
+        let (reference, start, result) =
+            tokio::time::timeout(Duration::from_secs(30), tags.results.recv())
+                .await
+                .expect("the new module checks the tag")
+                .expect("a result");
+        assert_eq!(start, Some(t0));
+        tags.answered(&reference, start, result, &fetcher, &mut actuator, &node);
+        assert!(asked(t0), "the start goes on");
+    }
+
+    fn sleeper(name: &str, image: &str) -> holdfast_workload::WorkloadConfig {
+        let mut w = holdfast_workload::WorkloadConfig::new(name, image);
+        w.command = vec!["sh".into(), "-c".into(), "exec sleep 3600".into()];
+        w.stop_timeout = Duration::from_secs(1);
+        w.min_run = Duration::from_secs(1);
+        w.pull_always = true;
+        w
+    }
+
+    // r[verify workload.image.always]
+    // i[verify node.pull.policy+2]
+    #[tokio::test]
+    async fn an_always_tag_is_checked_before_each_start_and_a_refusing_registry_does_not_hold_it() {
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (from, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    q::CreateImageOptionsBuilder::default()
+                        .from_image(from)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = format!("holdfast/always-{nonce:x}");
+        let repo = format!("{}/{path}", registry.addr);
+        let image = format!("{repo}:latest");
+        let tag_as = |repo: String, tag: &'static str| {
+            let daemon = daemon.clone();
+            let source = registry.image.clone();
+            async move {
+                daemon
+                    .tag_image(
+                        &source,
+                        Some(
+                            q::TagImageOptionsBuilder::default()
+                                .repo(&repo)
+                                .tag(tag)
+                                .build(),
+                        ),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        // v1: the seeded busybox under the new name.
+        tag_as(repo.clone(), "latest").await;
+        super::tests::push(&daemon, &repo, "latest").await;
+        // v2: the same with a label of its own, pushed under another tag for now.
+        let scratch = daemon
+            .create_container(
+                None::<q::CreateContainerOptions>,
+                bollard::models::ContainerCreateBody {
+                    image: Some(registry.image.clone()),
+                    cmd: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        daemon
+            .commit_container(
+                q::CommitContainerOptionsBuilder::default()
+                    .container(&scratch.id)
+                    .repo(&repo)
+                    .tag("two")
+                    .changes("LABEL holdfast.test=two")
+                    .build(),
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let force = || {
+            Some(
+                q::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            )
+        };
+        let _ = daemon.remove_container(&scratch.id, force()).await;
+        super::tests::push(&daemon, &repo, "two").await;
+        let force_image = || Some(q::RemoveImageOptionsBuilder::default().force(true).build());
+        let _ = daemon
+            .remove_image(&format!("{repo}:two"), force_image(), None)
+            .await;
+        // A local image whose registry refuses every connection (nothing listens on port 1).
+        let refused_repo = format!("127.0.0.1:1/holdfast/always-{nonce:x}");
+        let refused = format!("{refused_repo}:latest");
+        tag_as(refused_repo, "latest").await;
+
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let owner = format!("always-{}-{nonce:x}", std::process::id());
+        let pull = PullModule {
+            workloads: shared_images(vec![
+                ("web".into(), image.clone()),
+                ("cut".into(), refused.clone()),
+            ]),
+            docker_host: Some(docker.host.clone()),
+            config: PullConfig::new(7),
+            auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
+            tag_checks: TagChecks::default(),
+            tick: Duration::from_millis(200),
+            gc: None,
+            node: node.clone(),
+        };
+        let workloads = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![
+                sleeper("web", &image),
+                sleeper("cut", &refused),
+            ]),
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner.clone()),
+            tick: Duration::from_millis(200),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let pulling = pull.start().unwrap();
+        let running = workloads.start().unwrap();
+        let n = node.clone();
+        wait_for(&node, "both run", move || {
+            container_of(&n, "web").is_some() && container_of(&n, "cut").is_some()
+        })
+        .await;
+        let first = container_of(&node, "web").unwrap();
+        let cut_first = container_of(&node, "cut").unwrap();
+        assert_eq!(label_of(&daemon, &first).await, None, "v1 runs");
+
+        // The tag moves: the running container is left alone (that is "digest")...
+        super::tests::retag(registry.addr, &path, "two", "latest");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(container_of(&node, "web").as_deref(), Some(first.as_str()));
+        // ... and the next start, after the container ends, runs the new content.
+        for id in [&first, &cut_first] {
+            daemon
+                .kill_container(id, None::<q::KillContainerOptions>)
+                .await
+                .unwrap();
+        }
+        let n = node.clone();
+        let (f, c) = (first.clone(), cut_first.clone());
+        wait_for(&node, "both restarted", move || {
+            container_of(&n, "web").is_some_and(|id| id != f)
+                && container_of(&n, "cut").is_some_and(|id| id != c)
+        })
+        .await;
+        let second = container_of(&node, "web").unwrap();
+        let cut_second = container_of(&node, "cut").unwrap();
+        assert_eq!(
+            label_of(&daemon, &second).await.as_deref(),
+            Some("two"),
+            "the restart runs the moved tag's image"
+        );
+        // The refusing registry's workload restarted from its local image, each check counted.
+        let text = node.metrics.render();
+        let failed = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} "#)
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(failed >= 2, "one failed check per start of cut: {text}");
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_moved"} 1"#),
+            "{text}"
+        );
+
+        let stop = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+            reason: StopReason::Shutdown,
+        };
+        running.stopper.stop(stop()).await.unwrap();
+        pulling.stopper.stop(stop()).await.unwrap();
+        for id in [first, second, cut_first, cut_second] {
+            let _ = daemon.remove_container(&id, force()).await;
+        }
+        for local in [image, refused] {
+            let _ = daemon.remove_image(&local, force_image(), None).await;
+        }
     }
 }

@@ -41,6 +41,29 @@ pub struct PulledImages {
 }
 
 impl Images for PulledImages {
+    // r[impl workload.image.always]
+    /// Present once the image is and a check of its tag made at or after `since` has settled
+    /// (the pull module makes it, and pulls the image again first when the tag moved).
+    fn ensure_fresh(&mut self, reference: &str, since: Instant, now: Instant) -> ImagePresence {
+        let presence = self.ensure(reference, now);
+        if presence != ImagePresence::Present || !self.pull_enabled {
+            return presence;
+        }
+        let checked = self
+            .node
+            .start_checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ask(reference, since);
+        if checked {
+            ImagePresence::Present
+        } else {
+            ImagePresence::Pending {
+                detail: "checking its tag against the registry before the start".to_owned(),
+            }
+        }
+    }
+
     fn ensure(&mut self, reference: &str, _now: Instant) -> ImagePresence {
         if !self.pull_enabled {
             return ImagePresence::Present;
@@ -375,6 +398,54 @@ mod tests {
             pull_enabled: false,
         };
         assert_eq!(unmanaged.ensure("other:2", now), ImagePresence::Present);
+    }
+
+    // r[verify workload.image.always]
+    #[test]
+    fn an_always_image_is_present_only_once_checked_since_the_workload_became_ready() {
+        let node = node();
+        let mut images = PulledImages {
+            node: node.clone(),
+            pull_enabled: true,
+        };
+        let since = Instant::now();
+        // Not pulled yet: the pull's own account, no check asked for.
+        assert!(matches!(
+            images.ensure_fresh("busybox:1", since, since),
+            ImagePresence::Pending { .. }
+        ));
+        assert!(!node.start_checks.lock().unwrap().begin("busybox:1", since));
+        node.set_workloads([pulled("present", None)]);
+        assert_eq!(
+            images.ensure_fresh("busybox:1", since, since),
+            ImagePresence::Pending {
+                detail: "checking its tag against the registry before the start".into()
+            }
+        );
+        // The pull module begins the check it was asked for and it ends (unchanged, or failed).
+        assert!(node.start_checks.lock().unwrap().begin("busybox:1", since));
+        node.start_checks
+            .lock()
+            .unwrap()
+            .answered("busybox:1", since, false);
+        assert_eq!(
+            images.ensure_fresh("busybox:1", since, since),
+            ImagePresence::Present
+        );
+        let later = since + Duration::from_secs(10);
+        assert!(matches!(
+            images.ensure_fresh("busybox:1", later, later),
+            ImagePresence::Pending { .. }
+        ));
+        // Without a pull module, nothing is checked.
+        let mut unmanaged = PulledImages {
+            node,
+            pull_enabled: false,
+        };
+        assert_eq!(
+            unmanaged.ensure_fresh("other:2", later, later),
+            ImagePresence::Present
+        );
     }
 
     fn module(node: &NodeState, dir: &std::path::Path) -> WorkloadModule {

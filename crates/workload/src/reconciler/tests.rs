@@ -162,6 +162,11 @@ impl Harness {
         self.perform(actions)
     }
 
+    fn tick_with(&mut self, images: &mut dyn crate::images::Images) -> Vec<String> {
+        let actions = self.core.tick(self.now, images);
+        self.perform(actions)
+    }
+
     fn listing(&self) -> Vec<Observed> {
         self.daemon
             .iter()
@@ -2508,4 +2513,220 @@ fn node_probes_follow_the_running_container_and_a_stale_verdict_is_ignored() {
     let actions = h.core.set_desired(vec![]);
     h.perform(actions);
     assert!(h.core.node_probes().is_empty());
+}
+
+/// A fake of the node's tag checks: `ensure_fresh` is present once a check made at or after the
+/// asked `since` has settled; with `auto`, an ask starts a check at once, settled by the next ask.
+#[derive(Default)]
+struct TagChecks {
+    /// When the last settled check was made.
+    checked: Option<Instant>,
+    /// Each `ensure_fresh`'s `since`.
+    asks: Vec<Instant>,
+    /// Each plain `ensure`.
+    plain: u32,
+    auto: bool,
+}
+
+impl crate::images::Images for TagChecks {
+    fn ensure(&mut self, _: &str, _: Instant) -> ImagePresence {
+        self.plain += 1;
+        ImagePresence::Present
+    }
+
+    fn ensure_fresh(&mut self, _: &str, since: Instant, now: Instant) -> ImagePresence {
+        self.asks.push(since);
+        if self.checked.is_some_and(|at| at >= since) {
+            return ImagePresence::Present;
+        }
+        if self.auto {
+            self.checked = Some(now);
+        }
+        ImagePresence::Pending {
+            detail: "checking its tag".into(),
+        }
+    }
+}
+
+fn always(name: &str) -> WorkloadConfig {
+    let mut w = WorkloadConfig::new(name, "reg.example/app:1");
+    w.command = vec!["false".into()];
+    w.pull_always = true;
+    w
+}
+
+// r[verify workload.image.always]
+#[test]
+fn an_always_start_waits_for_a_tag_check_made_after_it_became_ready() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    // A check settled before the workload became ready does not count.
+    let mut checks = TagChecks {
+        checked: Some(h.now - S(1)),
+        ..TagChecks::default()
+    };
+    let ready = h.now;
+    for _ in 0..5 {
+        assert!(
+            h.tick_with(&mut checks).is_empty(),
+            "no start before a check"
+        );
+        h.now += S(1);
+    }
+    assert!(matches!(
+        h.state("app"),
+        WorkloadState::WaitingForImage { .. }
+    ));
+    assert_eq!(
+        h.core.failures("app"),
+        0,
+        "waiting for the check is not failing"
+    );
+    assert!(
+        checks.asks.iter().all(|since| *since == ready),
+        "{:?}",
+        checks.asks
+    );
+    assert_eq!(
+        checks.plain, 0,
+        "an always workload asks for a checked image"
+    );
+    checks.checked = Some(h.now);
+    let id = h
+        .tick_with(&mut checks)
+        .pop()
+        .expect("started once checked");
+    // It exits: the restart waits out its back-off, then for a check made after it.
+    h.die(&id, 1, &["boom"]);
+    let died = h.now;
+    let asked = checks.asks.len();
+    while h.now < died + S(10) {
+        h.now += S(1);
+        assert!(
+            h.tick_with(&mut checks).is_empty(),
+            "the earlier check does not do"
+        );
+    }
+    let restart_ready = *checks.asks.last().unwrap();
+    assert!(
+        restart_ready >= died + S(10),
+        "asked only once the back-off was over"
+    );
+    assert!(
+        checks.asks[asked..]
+            .iter()
+            .all(|since| *since == restart_ready),
+        "one readiness per start"
+    );
+    h.now += S(2);
+    checks.checked = Some(h.now);
+    assert_eq!(
+        h.tick_with(&mut checks).len(),
+        1,
+        "restarted once checked again"
+    );
+    // Without the policy, no check is asked for.
+    let mut plain = TagChecks::default();
+    let mut h2 = Harness::new(vec![sleeper("web")]);
+    h2.resync();
+    assert_eq!(h2.tick_with(&mut plain).len(), 1);
+    assert!(plain.asks.is_empty());
+    assert_eq!(plain.plain, 1);
+}
+
+// r[verify workload.image.always]
+#[test]
+fn a_crash_looping_always_workload_asks_once_per_start() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    let mut checks = TagChecks {
+        auto: true,
+        ..TagChecks::default()
+    };
+    let mut starts = 0;
+    let end = h.now + S(1200);
+    while h.now < end {
+        if let Some(id) = h.tick_with(&mut checks).pop() {
+            starts += 1;
+            h.die(&id, 1, &["boom"]);
+        }
+        h.now += S(1);
+    }
+    let mut checked: Vec<Instant> = checks.asks.clone();
+    checked.dedup();
+    assert!(starts >= 5, "a crash loop: {starts} starts");
+    // Each start was ready once (one `since`), asked while its check ran and once it settled.
+    let waiting = usize::from(matches!(
+        h.state("app"),
+        WorkloadState::WaitingForImage { .. }
+    ));
+    assert_eq!(
+        checked.len(),
+        starts + waiting,
+        "one readiness per start (and the one waiting)"
+    );
+    assert!(
+        checks.asks.len() <= 2 * checked.len(),
+        "{} asks for {} starts",
+        checks.asks.len(),
+        starts
+    );
+}
+
+// r[verify workload.image.always]
+#[test]
+fn a_start_after_an_adopted_run_waits_for_a_check_made_after_that_run() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    let mut checks = TagChecks::default();
+    // Ready, waiting for a check that does not come.
+    let ready = h.now;
+    assert!(h.tick_with(&mut checks).is_empty());
+    assert_eq!(checks.asks, vec![ready]);
+    // A re-list finds a running container of its spec: adopted, it runs and lasts.
+    h.now += S(5);
+    let hash = always("app").spec_hash();
+    h.daemon.push(("c1".into(), "app".into(), hash, true));
+    h.resync();
+    assert_eq!(h.running_id("app"), "c1");
+    h.now += S(1);
+    // A check made after the old readiness, but before the adopted run ended.
+    checks.checked = Some(h.now);
+    h.now += S(120);
+    assert!(h.tick_with(&mut checks).is_empty());
+    h.die("c1", 1, &["boom"]);
+    let died = h.now;
+    let asked = checks.asks.len();
+    while checks.asks.len() == asked && h.now < died + S(600) {
+        assert!(
+            h.tick_with(&mut checks).is_empty(),
+            "the check made before the run ended does not do"
+        );
+        h.now += S(1);
+    }
+    assert!(checks.asks[asked] >= died, "{:?}", checks.asks);
+}
+
+// r[verify workload.image.always]
+#[test]
+fn a_new_spec_waits_for_a_check_made_after_it_not_after_the_old_one_was_ready() {
+    let mut h = Harness::new(vec![always("app")]);
+    h.resync();
+    let mut checks = TagChecks::default();
+    let ready = h.now;
+    assert!(h.tick_with(&mut checks).is_empty());
+    h.now += S(5);
+    let mut moved = always("app");
+    moved.image = "reg.example/app:2".into();
+    let actions = h.core.set_desired(vec![moved]);
+    h.perform(actions);
+    let changed = h.now;
+    // A check made after the old readiness, before the new spec came.
+    checks.checked = Some(changed - S(1));
+    assert!(
+        h.tick_with(&mut checks).is_empty(),
+        "the new spec's start waits for its own check"
+    );
+    assert_eq!(checks.asks.first(), Some(&ready));
+    assert_eq!(checks.asks.last(), Some(&changed));
 }
