@@ -85,11 +85,11 @@ pub fn parse(text: &str) -> Result<ImageReference, ReferenceError> {
         return Err(refuse(ParseError::DigestInvalidFormat.to_string()));
     }
     let digest = parsed.digest().map(str::to_owned);
-    // The crate fills in `latest` when neither was written; the written name is the text less
-    // what was written after it.
+    // The crate fills in `latest` when neither was written (never beside a digest, so a tag
+    // beside one was written); the written name is the text less what was written after it.
     let written_tag = match (parsed.tag(), &digest) {
-        (Some(tag), _) if text.ends_with(&format!(":{tag}")) => Some(tag),
-        (Some(tag), Some(d)) if text.ends_with(&format!(":{tag}@{d}")) => Some(tag),
+        (Some(tag), None) if text.ends_with(&format!(":{tag}")) => Some(tag),
+        (Some(tag), Some(_)) => Some(tag),
         _ => None,
     };
     let suffix =
@@ -346,6 +346,14 @@ mod tests {
                 .to_string()
                 .contains("must be lowercase")
         );
+        // Only a text the grammar would take in lowercase has an uppercase name.
+        for text in ["busy box", "a//b", "app:"] {
+            assert_eq!(
+                parse(text).unwrap_err().reason,
+                "invalid reference format",
+                "{text}"
+            );
+        }
         let algorithm = DIGEST.replace("sha256:", "app@SHA256:");
         assert_eq!(
             parse(&algorithm).unwrap_err().reason,
