@@ -28,6 +28,7 @@ pub struct OffThreadStart {
     outstanding: Arc<AtomicBool>,
 }
 
+// r[impl node.issuance.start-off-thread+2]
 impl OffThreadStart {
     /// The start future: `start` on a blocking thread, or [`STILL_RUNNING`] at once while the
     /// last start's thread is still busy.
@@ -61,6 +62,7 @@ struct Pending<T: Stopper> {
     outstanding: Arc<AtomicBool>,
 }
 
+// r[impl node.issuance.start-off-thread+2]
 impl<T: Stopper> Pending<T> {
     async fn finish(mut self) -> Result<T, String> {
         let Some(handle) = self.handle.as_mut() else {
@@ -73,6 +75,7 @@ impl<T: Stopper> Pending<T> {
     }
 }
 
+// r[impl node.issuance.start-off-thread+2]
 impl<T: Stopper> Drop for Pending<T> {
     fn drop(&mut self) {
         let Some(handle) = self.handle.take() else {
