@@ -158,6 +158,10 @@ mod tests {
         answer.send(()).unwrap();
         let request = stops.recv().await.unwrap();
         assert!(request.deadline <= tokio::time::Instant::now() + ABANDONED_STOP);
+        assert!(
+            request.deadline > tokio::time::Instant::now(),
+            "the given-up instance is given time to stop"
+        );
         let next = Instance(stops_tx);
         assert!(starts.run(move || Ok(next)).await.is_ok());
         assert!(
