@@ -39,6 +39,11 @@ pub fn git(dir: &Path, args: &[&str]) {
 /// A repository of two commits: the demo tree, then the demo tree with `spec` and `lib`
 /// (the work tree is the second commit). Returns the temp dir.
 pub fn two_commits(spec: &str, lib: &str) -> tempfile::TempDir {
+    two_commits_with(&[], spec, lib)
+}
+
+/// [`two_commits`] whose first commit also has `base_files` (path, text).
+pub fn two_commits_with(base_files: &[(&str, &str)], spec: &str, lib: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path();
     let write = |path: &str, text: &str| {
@@ -50,6 +55,9 @@ pub fn two_commits(spec: &str, lib: &str) -> tempfile::TempDir {
     write(".config/tracey/config.styx", REVIEW_CONFIG);
     write("docs/spec.md", REVIEW_SPEC);
     write("src/lib.rs", REVIEW_LIB);
+    for (path, text) in base_files {
+        write(path, text);
+    }
     git(root, &["add", "-A"]);
     git(root, &["commit", "--quiet", "-m", "base"]);
     write("docs/spec.md", spec);

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use spec_engine::review;
 
-use crate::fixture::{REVIEW_CONFIG, REVIEW_LIB, REVIEW_SPEC, git, two_commits};
+use crate::fixture::{REVIEW_CONFIG, REVIEW_LIB, REVIEW_SPEC, git, two_commits, two_commits_with};
 use crate::review::{Error, review_work_tree as review_at};
 use crate::revision;
 
@@ -295,29 +295,10 @@ fn with_git_an_impl_change_makes_a_recorded_proof_stale_and_the_review_says_so()
             ..Proof::default()
         },
     )]);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let root = dir.path();
-    let write = |path: &str, text: &str| {
-        let path = root.join(path);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write");
-    };
-    git(root, &["init", "--quiet"]);
-    write(".config/tracey/config.styx", REVIEW_CONFIG);
-    write("docs/spec.md", REVIEW_SPEC);
-    write("src/lib.rs", REVIEW_LIB);
-    write("docs/audit/proof.md", &summary);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "--quiet", "-m", "base, alpha proven"]);
-    write("src/lib.rs", &REVIEW_LIB.replace("    1\n}", "    2\n}"));
-    git(
-        root,
-        &[
-            "commit",
-            "--quiet",
-            "-am",
-            "alpha changed, not proven again",
-        ],
+    let dir = two_commits_with(
+        &[("docs/audit/proof.md", &summary)],
+        REVIEW_SPEC,
+        &REVIEW_LIB.replace("    1\n}", "    2\n}"),
     );
 
     let review = review_of_last_commit(&dir);
@@ -333,7 +314,7 @@ fn with_git_an_impl_change_makes_a_recorded_proof_stale_and_the_review_says_so()
     // Shown, not judged.
     assert!(review.passes(), "{:?}", review.problems);
     // Against itself nothing is touched; the proof, still kept, stays as the gate notes it.
-    let root = root.canonicalize().expect("root");
+    let root = dir.path().canonicalize().expect("root");
     let (same, outcome) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
     assert!(same.touched.is_empty(), "{:?}", same.touched);
     assert!(
