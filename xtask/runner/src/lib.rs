@@ -215,7 +215,13 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
         let _ = print_logs(&mut std::io::stderr(), &logs);
     }
     if let Some(proof_ok) = proof {
-        eprintln!("xtask test: prove --ci {}", verdict(proof_ok));
+        // A failed suite skips the proof; the closing lines say so rather than "FAILED".
+        let said = if found.nextest && found.doctests == Some(true) {
+            verdict(proof_ok)
+        } else {
+            "NOT RUN (the tests failed)"
+        };
+        eprintln!("xtask test: prove --ci {said}");
     }
     eprintln!(
         "xtask test: nextest {}, doctests {}, spec-check {}; setup {:.1}s, services {:.1}s, tests {:.1}s, total {:.1}s",

@@ -624,7 +624,12 @@ mod tests {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         let body = loop {
             let (status, body) = answer(&api, "echo").await;
-            if status == StatusCode::OK && body.contains("hello-from-holdfast") {
+            // The daemon copies stdout and stderr into the log separately, so one stream's line
+            // can be there before the other's: wait for both.
+            if status == StatusCode::OK
+                && body.contains("hello-from-holdfast")
+                && body.contains("bell")
+            {
                 break body;
             }
             assert!(
