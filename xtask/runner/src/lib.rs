@@ -19,6 +19,7 @@
 //! `suite` (the test runs, the gate and their counts) and `evidence` (the run's evidence record,
 //! written by the run, never by a reader).
 
+// i[impl harness.layout]
 pub mod evidence;
 mod suite;
 
@@ -74,7 +75,6 @@ pub enum Outcome {
 /// Runs `cargo xtask test` on the workspace at or above the current directory. Once per
 /// process: it installs the process's Ctrl-C and SIGTERM handler, and a second call fails there.
 /// Options that cannot go together (see [`Options`]) are refused before anything starts.
-// i[impl harness.layout]
 pub fn run(args: Options) -> anyhow::Result<Outcome> {
     check_options(&args)?;
     let workspace = root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
