@@ -33,6 +33,7 @@ impl Disk {
     }
 }
 
+// i[impl spec-check.read-cache]
 impl Store for Disk {
     fn get(&self, key: &str) -> Option<Vec<u8>> {
         std::fs::read(self.path(key)?).ok()
@@ -60,6 +61,7 @@ impl Store for Disk {
     }
 }
 
+// i[impl spec-check.read-cache]
 /// This build's name for the cache: the cache format and the SHA-256 of its executable, so that
 /// any rebuilt engine (even one of the same size and time) never reads entries another wrote.
 /// The hash is remembered in `cache`'s [`IDENTITY_FILE`] by the executable's device, inode,
@@ -100,6 +102,7 @@ fn engine(exe: &Path, cache: &Path) -> Option<String> {
     Some(format!("format {CACHE_FORMAT} sha256 {hash}"))
 }
 
+// i[impl spec-check.read-cache]
 /// The SHA-256 of the file at `path`, in hex: by coreutils' `sha256sum` when there is one (a
 /// debug xtask's own unoptimised SHA-256 takes seconds over its 100+ MB executable), else here.
 fn sha256_of(path: &Path) -> Option<String> {
@@ -136,6 +139,7 @@ fn engine_dir(cache: &Path, engine: &str) -> PathBuf {
     cache.join(format!("{ENGINE_DIR_PREFIX}{short}"))
 }
 
+// i[impl spec-check.read-cache]
 /// Deletes every engine directory in `cache` but `keep`: entries an older build wrote are never
 /// read again, so the cache holds one build's (or, while builds run side by side, a few).
 fn prune(cache: &Path, keep: &Path) {
@@ -155,6 +159,7 @@ fn prune(cache: &Path, keep: &Path) {
     }
 }
 
+// i[impl spec-check.read-cache]
 /// Where the cache is: `$HOLDFAST_SPEC_CACHE`, `None` when it is `off` (in any case, or `0`,
 /// `false`, `no`), else `spec-read-cache/` under the target dir of the checkout above the
 /// current directory. A relative directory is an error (it would land wherever the command
@@ -184,6 +189,7 @@ fn dir(variable: Option<std::ffi::OsString>) -> Result<Option<PathBuf>, String> 
     }
 }
 
+// i[impl spec-check.read-cache]
 /// The cache in `cache` for the executable `exe`: its engine directory made (private) and its
 /// siblings deleted. An error says why there is none.
 fn open(cache: &Path, exe: &Path) -> Result<ReadCache, String> {
@@ -285,6 +291,7 @@ mod tests {
         assert!(first.starts_with(&format!("format {CACHE_FORMAT} sha256 ")));
     }
 
+    // i[verify spec-check.read-cache]
     #[test]
     fn a_file_hashes_to_its_sha256() {
         let root = tempfile::tempdir().expect("tempdir");
