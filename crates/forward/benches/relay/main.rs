@@ -49,6 +49,34 @@
 //! assertions (the arithmetic behind them, `figures.rs`, is tested from `tests/bench_figures.rs`).
 //! Diagnostics of the paced phase
 //! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
+//!
+//! The window. A closed loop's rate is window / round trip, so a window too small to fill the
+//! path would make the throughput figure a latency figure. `HOLDFAST_BENCH_WINDOW_SWEEP=64,128,...`
+//! (a diagnostic: no report written) runs the closed loop alone at each window, both paths and
+//! both sizes, with the mean round trip the window implies and the process's CPU time per
+//! echoed datagram. Two sweeps (`HOLDFAST_BENCH_WINDOW_SWEEP=64,128,256,512,1024,2048,4096` on
+//! the bench binary, 2 s phases, on a 2-core machine other builds kept at load average 4.3-5.7
+//! in the first and 6.2-8.0 in the second), thousands of datagrams/s raw | forward (share), then
+//! the second sweep's:
+//!
+//! | window | 64 B, first      | 64 B, second       | 1162 B, first | 1162 B, second |
+//! |-------:|------------------|--------------------|---------------|----------------|
+//! |     64 |   619 | 509 (82 %) |   924 |   635 (69 %) | 129 | 109 (84 %) | 178 | 169 (95 %) |
+//! |    128 |   710 | 564 (79 %) | 1,009 |   690 (68 %) | 134 | 119 (89 %) | 203 | 164 (80 %) |
+//! |    256 | 1,021 | 814 (80 %) | 1,082 |   638 (59 %) | 143 | 126 (88 %) | 158 | 126 (80 %) |
+//! |    512 |   827 | 603 (73 %) | 1,315 | 1,173 (89 %) | 158 | 117 (74 %) | 189 | 164 (87 %) |
+//! |   1024 |   848 | 672 (79 %) | 1,718 | 1,014 (59 %) | 143 | 110 (77 %) | 177 | 141 (80 %) |
+//! |   2048 | 1,049 | 718 (68 %) | 1,174 | 1,119 (95 %) | 107 | 114 (106 %) | 215 | 100 (46 %) |
+//! |   4096 |   978 | 701 (72 %) | 1,146 |   791 (69 %) | 111 | 79 (71 %) | 154 | 118 (77 %) |
+//!
+//! (At 1162 B and 2048 in flight the forward lost 1.0 % and 1.1 %; at 4096 both paths lost
+//! 4-14 %: beyond about 1024 a window only fills buffers.) On this machine the rates move by
+//! tens of percent from one phase to the next, and the forward's share moves with them, with no
+//! trend in the window: no window makes the forward's share larger or smaller, so the bench's
+//! [`WINDOW`] of 256 stays and what it measures does not change. What holds in every row is the
+//! cost: CPU per echoed datagram (the whole process, both ends), 64 B raw 0.53-1.18 µs, forward
+//! 0.77-1.55 µs (1.05-1.6 × raw's); 1162 B raw 4.1-6.8 µs, forward 5.1-8.4 µs (1.0-1.8 ×): with
+//! the machine's cores contended, the forward's extra hops cost CPU, not only round trip.
 
 // Bench harness code: a broken setup should stop the run loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -143,9 +171,10 @@ struct Burst {
 }
 
 impl Burst {
-    fn new(size: usize, tag: u64) -> Self {
+    /// Room for `capacity` datagrams of `size` bytes.
+    fn new(size: usize, tag: u64, capacity: u64) -> Self {
         let size = size.max(HEADER);
-        let mut buf = vec![0u8; size * WINDOW as usize];
+        let mut buf = vec![0u8; size * capacity as usize];
         for one in buf.chunks_mut(size) {
             one[8..16].copy_from_slice(&tag.to_le_bytes());
         }
@@ -154,7 +183,8 @@ impl Burst {
 
     /// The first `count` datagrams, stamped with the send time `now_ns` and numbered from `seq`.
     fn stamped(&mut self, count: usize, now_ns: u64, seq: u64) -> &[u8] {
-        let bytes = &mut self.buf[..count.min(WINDOW as usize) * self.size];
+        let end = (count * self.size).min(self.buf.len());
+        let bytes = &mut self.buf[..end];
         for (i, one) in bytes.chunks_mut(self.size).enumerate() {
             one[..8].copy_from_slice(&now_ns.to_le_bytes());
             one[16..24].copy_from_slice(&(seq + i as u64).to_le_bytes());
@@ -402,13 +432,13 @@ async fn finish(
     }
 }
 
-/// The closed loop: as fast as the window allows, for `run`.
-async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
+/// The closed loop: as fast as a window of `window` datagrams in flight allows, for `run`.
+async fn throughput(path: &Path, size: usize, window: u64, run: Duration) -> Measured {
     let epoch = Instant::now();
     let echoes = Arc::new(Echoes::new());
     let (stop, stopped) = watch::channel(false);
     let reader = spawn_reader(path.clone(), epoch, echoes.clone(), false, stopped);
-    let mut burst = Burst::new(size, echoes.tag);
+    let mut burst = Burst::new(size, echoes.tag, window);
     let start = Instant::now();
     let mut sent = 0u64;
     // The sequence number of the next datagram: it counts every datagram handed to the path,
@@ -421,7 +451,7 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
         let progress = echoes.progress.notified();
         resolved = resolved.max(echoes.resolved.load(Ordering::Relaxed));
         let in_flight = next - resolved;
-        if in_flight >= WINDOW {
+        if in_flight >= window {
             // A lost tail is never followed by an echo: after 50 ms without one, it is given up.
             if tokio::time::timeout(TAIL_LOST, progress).await.is_err()
                 && echoes.resolved.load(Ordering::Relaxed) <= resolved
@@ -430,12 +460,56 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
             }
             continue;
         }
-        let count = WINDOW - in_flight;
+        let count = window - in_flight;
         sent += path.send(&mut burst, count as usize, 0, next).await;
         next += count;
     }
     let secs = start.elapsed().as_secs_f64();
     finish(sent, secs, &echoes, stop, reader).await
+}
+
+/// The closed loop at each of `windows`, both paths, both sizes: each path's rate, the mean round
+/// trip the window implies (window / rate, Little's law), and the process's CPU time per echoed
+/// datagram, which tells a path that costs more from one that only takes longer to come back.
+async fn window_sweep(raw: &Path, forward: &Path, windows: &[u64], run: Duration) {
+    println!(
+        "{:>6} {:>6} {:>12} {:>7} {:>9} {:>8} {:>12} {:>7} {:>9} {:>8} {:>6}",
+        "bytes",
+        "window",
+        "raw/s",
+        "loss",
+        "rtt µs",
+        "cpu µs",
+        "forward/s",
+        "loss",
+        "rtt µs",
+        "cpu µs",
+        "share"
+    );
+    for size in [64, 1162] {
+        for &window in windows {
+            let mut row = Vec::new();
+            for path in [raw, forward] {
+                let u0 = stages::usage();
+                let m = throughput(path, size, window, run).await;
+                let u1 = stages::usage();
+                let rate = m.per_sec();
+                row.push((
+                    rate,
+                    m.loss(),
+                    window as f64 / rate.max(1.0) * 1e6,
+                    (u1.0 - u0.0) / m.received.max(1) as f64,
+                ));
+            }
+            let [(r, rl, rr, rc), (f, fl, fr, fc)] = [row[0], row[1]];
+            println!(
+                "{size:>6} {window:>6} {r:>12.0} {:>6.2}% {rr:>9.0} {rc:>8.2} {f:>12.0} {:>6.2}% {fr:>9.0} {fc:>8.2} {:>5.0}%",
+                rl * 100.0,
+                fl * 100.0,
+                f / r * 100.0
+            );
+        }
+    }
 }
 
 /// The open loop: `rate` datagrams a second from the pacer's thread, for `run`; every echo timed.
@@ -447,7 +521,7 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
     }
     let (stop, stopped) = watch::channel(false);
     let reader = spawn_reader(path.clone(), epoch, echoes.clone(), true, stopped);
-    let mut burst = Burst::new(size, echoes.tag);
+    let mut burst = Burst::new(size, echoes.tag, WINDOW);
     let sender = path.clone();
     let start = Instant::now();
     let sent = tokio::task::spawn_blocking(move || {
@@ -664,6 +738,17 @@ async fn run(node: Handle, client_side: Handle) {
             .await
             .expect("pacer thread");
     }
+    // Diagnostics: `HOLDFAST_BENCH_WINDOW_SWEEP=64,128,...` runs the closed loop alone at each
+    // window, both paths, both sizes.
+    if let Ok(windows) = std::env::var("HOLDFAST_BENCH_WINDOW_SWEEP") {
+        let windows: Vec<u64> = windows.split(',').filter_map(|w| w.parse().ok()).collect();
+        window_sweep(&raw, &forward, &windows, phases.throughput).await;
+        echo_task.abort();
+        raw_echo.abort();
+        forwarding.stop().await;
+        println!("HOLDFAST_BENCH_WINDOW_SWEEP: a diagnostic run, no report written");
+        return;
+    }
     // Diagnostics: `HOLDFAST_BENCH_PACED_ONLY=RATE` runs the paced phase alone at RATE, to
     // profile it without the throughput phase.
     let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
@@ -680,14 +765,14 @@ async fn run(node: Handle, client_side: Handle) {
             &mut profiles,
             &phase,
             "raw",
-            throughput(&raw, size, phases.throughput),
+            throughput(&raw, size, WINDOW, phases.throughput),
         )
         .await;
         let f = profiled(
             &mut profiles,
             &phase,
             "forward",
-            throughput(&forward, size, phases.throughput),
+            throughput(&forward, size, WINDOW, phases.throughput),
         )
         .await;
         for (name, t) in [("raw", &r), ("forward", &f)] {
