@@ -157,6 +157,13 @@ fn edge_cases_read_as_tracey_reads_them() {
         "// é r[impl after.accent] ü\n/// ß `x` r[verify uni.code]\nfn u() {}\n",
         // Comments whose only references have a prefix other than `r`.
         "// i[impl only.other]\nfn o() {}\n/* h2[verify x.y] */\nfn p() {}\n",
+        // Deep in expressions, where the walk skips subtrees with no comment and no item word:
+        // items and comments inside closures, blocks and calls; item words inside identifiers
+        // and raw identifiers; a file with neither.
+        "fn outer() {\n    let f = |x: u8| { const K: u8 = 2; x * K };\n    call(f, { fn inner() {} 1 }, \
+         [1, /* r[impl deep.block] */ 2]);\n    if a { b(c(d(// r[impl deep.line]\n e))) }\n    \
+         let module_type = r#fn + impls + constant; static_ref(typed);\n}\n",
+        "let x = 1 + 2;\n",
     ];
     let mut found = 0;
     let mut problems = Vec::new();

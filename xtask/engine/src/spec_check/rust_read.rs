@@ -95,6 +95,7 @@ pub fn read(path: &Path, content: &str) -> RustRead {
             path,
             source: content,
             kinds,
+            marks: marks(content),
             line_starts: None,
             comments: CommentRefs::new(path, content),
             units: Vec::new(),
@@ -121,6 +122,8 @@ struct Walk<'a> {
     path: &'a Path,
     source: &'a str,
     kinds: &'a Kinds,
+    /// Where something the walk looks for may start ([`marks`]), in order.
+    marks: Vec<usize>,
     /// The byte each line starts at, made when a unit first needs it.
     line_starts: Option<Vec<usize>>,
     comments: CommentRefs<'a>,
@@ -144,7 +147,9 @@ impl Walk<'_> {
             let unit = self.unit(node, unit_kind, comments_from);
             self.units.push(unit);
         }
-        if cursor.goto_first_child() {
+        // A node whose text holds no mark holds no comment and no unit: its subtree is skipped,
+        // which spares the walk most of a function body's expressions.
+        if self.may_hold(node) && cursor.goto_first_child() {
             // The first line of the run of comment-like siblings just passed.
             let mut run: Option<usize> = None;
             loop {
@@ -185,6 +190,14 @@ impl Walk<'_> {
         }
     }
 
+    /// Whether `node`'s bytes hold one of [`Walk::marks`].
+    fn may_hold(&self, node: Node<'_>) -> bool {
+        let after = self.marks.partition_point(|&at| at < node.start_byte());
+        self.marks
+            .get(after)
+            .is_some_and(|&at| at < node.end_byte())
+    }
+
     /// The byte 1-based `line` starts at, or 0 when the source has no character there.
     fn line_start(&mut self, line: usize) -> usize {
         let source = self.source;
@@ -199,6 +212,50 @@ impl Walk<'_> {
             .filter(|&at| at < source.len())
             .unwrap_or(0)
     }
+}
+
+/// The words a node of one of [`unit_kind`]'s kinds holds in its text (`fn` for a function, `impl`
+/// for an impl, ...).
+const UNIT_WORDS: [&[u8]; 10] = [
+    b"fn",
+    b"struct",
+    b"enum",
+    b"trait",
+    b"impl",
+    b"mod",
+    b"const",
+    b"static",
+    b"type",
+    b"macro_rules",
+];
+
+/// Every byte of `source` where a comment (`//`, `/*`) or a word of [`UNIT_WORDS`] starts, in
+/// order: a node without one in its bytes holds no comment and no code unit. More than that (a
+/// word in a string, `//` in a URL) only costs a visit.
+fn marks(source: &str) -> Vec<usize> {
+    let bytes = source.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut marks = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let b = bytes[at];
+        if b == b'/' && matches!(bytes.get(at + 1), Some(b'/' | b'*')) {
+            marks.push(at);
+            at += 2;
+        } else if word(b) {
+            let end = bytes[at..]
+                .iter()
+                .position(|&b| !word(b))
+                .map_or(bytes.len(), |n| at + n);
+            if UNIT_WORDS.contains(&&bytes[at..end]) {
+                marks.push(at);
+            }
+            at = end;
+        } else {
+            at += 1;
+        }
+    }
+    marks
 }
 
 /// The node kinds whose text tracey-core reads references from.
