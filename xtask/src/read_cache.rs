@@ -277,6 +277,18 @@ mod tests {
             Some(&first),
             "the memo answers"
         );
+        // The memo is what answers: the same stamp with another hash gives that hash.
+        let memo = std::fs::read_to_string(cache.join(IDENTITY_FILE)).expect("memo");
+        let (stamp, _) = memo.split_once('\n').expect("stamp line");
+        let other = "f".repeat(64);
+        std::fs::write(cache.join(IDENTITY_FILE), format!("{stamp}\n{other}")).expect("write");
+        assert_eq!(
+            engine(&exe, &cache),
+            Some(format!("format {CACHE_FORMAT} sha256 {other}"))
+        );
+        // A hash of the wrong length is not believed.
+        std::fs::write(cache.join(IDENTITY_FILE), format!("{stamp}\nabc")).expect("write");
+        assert_eq!(engine(&exe, &cache).as_ref(), Some(&first));
         // Another build of the same size, its time set back to the first's (as `cp -p` or
         // SOURCE_DATE_EPOCH would): a different engine.
         std::fs::write(&exe, b"build two").expect("write");

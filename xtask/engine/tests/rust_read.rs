@@ -165,6 +165,25 @@ fn edge_cases_read_as_tracey_reads_them() {
          let module_type = r#fn + impls + constant; static_ref(typed);\n}\n",
         "let x = 1 + 2;\n",
     ];
+    // Every unit kind nested where only its own word marks it: a kind whose word the walk
+    // forgot would be missing here.
+    let every_kind = "fn f() {\n    g({ struct A; 1 });  g({ enum B { X } 1 });  g({ trait C {} 1 });\n    \
+        g({ impl A {} 1 });  g({ mod d {} 1 });  g({ static E: u8 = 0; 1 });\n    \
+        g({ type F = u8; 1 });  g({ macro_rules! h { () => {} } 1 });\n    \
+        g({ const G: u8 = 0; 1 });  g({ fn i() {} 1 });\n}\n";
+    let path = PathBuf::from("every_kind.rs");
+    assert_eq!(
+        code_units::extract_rust(&path, every_kind).units.len(),
+        11,
+        "tracey's count of the snippet's units"
+    );
+    assert_eq!(differences(&path, every_kind), Vec::<String>::new());
+    // Two block comments back to back (`*//*`), inside an expression.
+    let adjacent = "fn f() { g(a /* a *//* r[verify adj.two] */); }\n";
+    assert_eq!(
+        differences(Path::new("adjacent.rs"), adjacent),
+        Vec::<String>::new()
+    );
     let mut found = 0;
     let mut problems = Vec::new();
     for (n, snippet) in snippets.iter().enumerate() {

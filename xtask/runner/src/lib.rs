@@ -19,6 +19,8 @@
 //! `suite` (the test runs, the gate and their counts) and `evidence` (the run's evidence record,
 //! written by the run, never by a reader).
 
+// A layout rule: which crates this one depends on, judged by the layout test; the item it names
+// has nothing to mutate, so its proof names it as unprovable rather than judging `run`'s logic.
 // i[impl harness.layout]
 pub mod evidence;
 mod suite;
@@ -214,14 +216,8 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
     if logs_wanted {
         let _ = print_logs(&mut std::io::stderr(), &logs);
     }
-    if let Some(proof_ok) = proof {
-        // A failed suite skips the proof; the closing lines say so rather than "FAILED".
-        let said = if found.nextest && found.doctests == Some(true) {
-            verdict(proof_ok)
-        } else {
-            "NOT RUN (the tests failed)"
-        };
-        eprintln!("xtask test: prove --ci {said}");
+    if let Some(proof) = proof {
+        eprintln!("xtask test: prove --ci {}", proof.said());
     }
     eprintln!(
         "xtask test: nextest {}, doctests {}, spec-check {}; setup {:.1}s, services {:.1}s, tests {:.1}s, total {:.1}s",
@@ -274,7 +270,27 @@ struct Findings {
     nextest: bool,
     doctests: Option<bool>,
     gate: Option<bool>,
-    proof: Option<bool>,
+    proof: Option<Proof>,
+}
+
+/// How `--prove-ci`'s proof went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    Passed,
+    Failed,
+    /// Skipped because the tests or doctests failed.
+    NotRun,
+}
+
+impl Proof {
+    /// The closing line's word for it.
+    fn said(self) -> &'static str {
+        match self {
+            Proof::Passed => "passed",
+            Proof::Failed => "FAILED",
+            Proof::NotRun => "NOT RUN (the tests failed)",
+        }
+    }
 }
 
 /// How a run ends once its services are stopped.
@@ -296,7 +312,10 @@ fn ending(stopped: bool, found: &Findings) -> Ending {
     };
     let doctests = found.doctests == Some(true);
     Ending::Finished {
-        ok: found.nextest && doctests && gate && found.proof != Some(false),
+        ok: found.nextest
+            && doctests
+            && gate
+            && !matches!(found.proof, Some(Proof::Failed | Proof::NotRun)),
         print_logs: !found.nextest || !doctests,
     }
 }
@@ -312,10 +331,10 @@ fn prove_ci(
     env: &[(String, String)],
     tests_ok: bool,
     doctests: Option<&(std::process::ExitStatus, suite::Counts)>,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Proof> {
     if !tests_ok || !doctests.is_some_and(|(status, _)| status.success()) {
         eprintln!("xtask test: prove --ci NOT RUN: the tests failed");
-        return Ok(false);
+        return Ok(Proof::NotRun);
     }
     eprintln!("xtask test: prove --ci, with the services up");
     let status = xtask
@@ -324,7 +343,11 @@ fn prove_ci(
         .current_dir(workspace)
         .status()
         .context("running xtask prove --ci")?;
-    Ok(status.success())
+    Ok(if status.success() {
+        Proof::Passed
+    } else {
+        Proof::Failed
+    })
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -616,7 +639,7 @@ mod tests {
         exit: u8,
         tests_ok: bool,
         doctests: Option<i32>,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Proof> {
         let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
         // A wait status has the exit code in its second byte.
         let doctests =
@@ -628,10 +651,16 @@ mod tests {
     #[test]
     fn prove_ci_runs_prove_with_the_services_env_and_returns_its_verdict() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert!(prove_after(dir.path(), 0, true, Some(0)).expect("run"));
+        assert_eq!(
+            prove_after(dir.path(), 0, true, Some(0)).expect("run"),
+            Proof::Passed
+        );
         let called = std::fs::read_to_string(dir.path().join("called")).expect("called");
         assert_eq!(called.trim(), "prove --ci services=1", "in the workspace");
-        assert!(!prove_after(dir.path(), 1, true, Some(0)).expect("run"));
+        assert_eq!(
+            prove_after(dir.path(), 1, true, Some(0)).expect("run"),
+            Proof::Failed
+        );
     }
 
     // i[verify ci.prove+2]
@@ -646,9 +675,23 @@ mod tests {
             let dir = tempfile::tempdir().expect("tempdir");
             let proved = prove_after(dir.path(), 0, tests_ok, doctests).expect("no run, no error");
             let case = format!("tests passed: {tests_ok}, doctests: {doctests:?}");
-            assert!(!proved, "a failed build: {case}");
+            assert_eq!(proved, Proof::NotRun, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
+        // The closing line says which, and a proof not run fails the run as a failed one does.
+        assert_eq!(Proof::NotRun.said(), "NOT RUN (the tests failed)");
+        assert_eq!(Proof::Failed.said(), "FAILED");
+        assert_eq!(Proof::Passed.said(), "passed");
+        let not_run = Findings {
+            nextest: false,
+            doctests: Some(true),
+            gate: Some(true),
+            proof: Some(Proof::NotRun),
+        };
+        assert!(matches!(
+            ending(false, &not_run),
+            Ending::Finished { ok: false, .. }
+        ));
     }
 
     /// Every variable a run exports, by who exports it: each service module's `EXPORTS`, the images
@@ -816,14 +859,14 @@ mod tests {
             ),
             (
                 Findings {
-                    proof: Some(false),
+                    proof: Some(Proof::Failed),
                     ..ALL_PASSED
                 },
                 finished(false, false),
             ),
             (
                 Findings {
-                    proof: Some(true),
+                    proof: Some(Proof::Passed),
                     ..ALL_PASSED
                 },
                 finished(true, false),

@@ -241,7 +241,9 @@ fn marks(source: &str) -> Vec<usize> {
         let b = bytes[at];
         if b == b'/' && matches!(bytes.get(at + 1), Some(b'/' | b'*')) {
             marks.push(at);
-            at += 2;
+            // One byte on, not two: in `*//*` the second comment's `/*` starts at the first's
+            // closing `/`, and gets its own mark.
+            at += 1;
         } else if word(b) {
             let end = bytes[at..]
                 .iter()
@@ -290,7 +292,8 @@ fn is_comment_like(kind: &str) -> bool {
     )
 }
 
-/// The code unit a Rust node kind is.
+/// The code unit a Rust node kind is. A kind added here needs its word in [`UNIT_WORDS`], or the
+/// walk skips the subtrees that hold it.
 fn unit_kind(kind: &str) -> Option<CodeUnitKind> {
     Some(match kind {
         "function_item" => CodeUnitKind::Function,
