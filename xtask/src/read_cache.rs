@@ -257,6 +257,8 @@ mod tests {
         }
         assert_eq!(dir(Some("/c".into())), Ok(Some(PathBuf::from("/c"))));
         assert!(dir(Some("false/x".into())).is_err());
+        // Set but empty is as unset: the default place, not a relative directory.
+        assert_eq!(dir(Some("".into())), dir(None));
     }
 
     // i[verify spec-check.read-cache]
@@ -334,6 +336,13 @@ mod tests {
         .put(&key, b"{}");
         drop(one);
         std::fs::write(cache.join("unrelated"), b"kept").expect("write");
+        // Only directories named as an engine's or as the first layout's shards go: not another
+        // directory, not a file with an engine's name, not two letters that are not hex, not
+        // more hex than a shard's two.
+        for kept in ["notes", "zz", "abc"] {
+            std::fs::create_dir(cache.join(kept)).expect("dir");
+        }
+        std::fs::write(cache.join(format!("{ENGINE_DIR_PREFIX}file")), b"kept").expect("write");
         std::fs::create_dir(cache.join("ab")).expect("first layout's shard");
         std::fs::write(&exe, b"build two, relinked").expect("write");
         open(&cache, &exe).expect("cache");
@@ -341,6 +350,11 @@ mod tests {
         assert_eq!(dirs.len(), 1);
         assert_ne!(dirs, first_dirs);
         assert!(cache.join("unrelated").is_file());
+        for kept in ["notes", "zz", "abc"] {
+            assert!(cache.join(kept).is_dir(), "{kept}");
+        }
+        assert!(cache.join(format!("{ENGINE_DIR_PREFIX}file")).is_file());
+        assert!(!cache.join("ab").exists(), "the first layout's shard goes");
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(&cache)
             .expect("meta")
@@ -353,7 +367,12 @@ mod tests {
         let mut dirs: Vec<_> = std::fs::read_dir(cache)
             .expect("cache")
             .map(|e| e.expect("entry").path())
-            .filter(|p| p.is_dir())
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(ENGINE_DIR_PREFIX))
+            })
             .collect();
         dirs.sort();
         dirs
