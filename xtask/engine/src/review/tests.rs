@@ -765,15 +765,108 @@ fn a_lowered_version_is_a_problem_naming_a_version_above_both() {
     let head_lib = LIB.replace("demo.beta]", "demo.beta+2]");
     let (review, _) = review_of(&tree(&base, &base_lib), &tree(&head, &head_lib));
     assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
-    assert!(
-        review.problems[0].message.contains("r[demo.beta+4]"),
-        "{}",
-        review.problems[0].message
+    let unbumped: Vec<&str> = review.unbumped.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(unbumped, ["r[demo.beta+2]"]);
+    assert!(review.bumped.is_empty(), "{:?}", review.bumped);
+    // The message says the version went down, not that the text changed (it did not).
+    assert_eq!(
+        review.problems[0].message,
+        "the version of r[demo.beta+2] went down from r[demo.beta+3]: make it r[demo.beta+4] \
+         and update its references"
     );
-    // Text changed at the same version: the version to bump to is above both.
+    // Text changed at the same version: the version to bump to is above both, and the message
+    // says the text changed, not that the version went down.
     let changed = base.replace("Beta holds.", "Beta holds, always.");
     let (review, _) = review_of(&tree(&base, &base_lib), &tree(&changed, &base_lib));
-    assert!(review.problems[0].message.contains("r[demo.beta+4]"));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert_eq!(
+        review.problems[0].message,
+        "the text of r[demo.beta+3] changed but its version did not: make it r[demo.beta+4] \
+         and update its references, or restore the text"
+    );
+}
+
+// A level is an attribute of the marker, not part of the id nor of the text: the rule is the
+// same one, kept, and the review lists it among the rules whose level changed, and only it.
+// i[verify spec-check.review.rules+2]
+// i[verify spec-check.levels]
+#[test]
+fn a_rule_whose_level_changed_is_kept_and_listed_from_and_to() {
+    let spec = SPEC.replace("> r[demo.beta]", "> r[demo.beta level=should]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert!(
+        review.added.is_empty() && review.removed.is_empty() && review.unbumped.is_empty(),
+        "{review:?}"
+    );
+    let levelled: Vec<(&str, &str, &str)> = review
+        .levelled
+        .iter()
+        .map(|l| (l.rule.rule.as_str(), l.from, l.to))
+        .collect();
+    assert_eq!(levelled, [("r[demo.beta]", "must", "should")]);
+    assert!(review.passes(), "{:?}", review.problems);
+    // An unchanged tree has no rule whose level changed.
+    let (review, _) = review_of(&tree(&spec, LIB), &tree(&spec, LIB));
+    assert!(review.levelled.is_empty(), "{:?}", review.levelled);
+}
+
+// A base rule that a head rule names as its previous id is neither removed nor is its successor
+// added: it is renamed, its text compared without the note.
+// i[verify spec-check.review.rules+2]
+// i[verify spec-check.review.rename]
+#[test]
+fn a_rule_named_as_a_previous_id_is_not_removed_and_its_text_is_compared() {
+    let spec = SPEC.replace(
+        "> r[demo.beta]\n> Beta holds.",
+        "> r[demo.bravo]\n> Bravo holds. (was demo.beta)",
+    );
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert!(
+        review.added.is_empty() && review.removed.is_empty(),
+        "{review:?}"
+    );
+    let renamed: Vec<(&str, &str, bool)> = review
+        .renamed
+        .iter()
+        .map(|r| (r.from.as_str(), r.to.rule.as_str(), r.text_changed))
+        .collect();
+    assert_eq!(renamed, [("r[demo.beta]", "r[demo.bravo]", true)]);
+    // Reflowed, with the note on a line of its own: the same text.
+    let spec = SPEC.replace(
+        "> r[demo.beta]\n> Beta holds.",
+        "> r[demo.bravo]\n>   Beta\n>   holds.\n> (was demo.beta)",
+    );
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    let renamed: Vec<(&str, &str, bool)> = review
+        .renamed
+        .iter()
+        .map(|r| (r.from.as_str(), r.to.rule.as_str(), r.text_changed))
+        .collect();
+    assert_eq!(renamed, [("r[demo.beta]", "r[demo.bravo]", false)]);
+}
+
+// A note naming an id the base did not define, or one the head still defines (whichever of the
+// two the head reads first), continues nothing: the rule is added and no rule is removed.
+// i[verify spec-check.review.rules+2]
+// i[verify spec-check.review.rename]
+#[test]
+fn a_note_naming_an_id_the_base_lacks_or_the_head_keeps_adds_the_rule() {
+    let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds. (was demo.zeta)\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert!(review.renamed.is_empty(), "{:?}", review.renamed);
+    let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(added, ["r[demo.gamma]"]);
+    assert!(review.removed.is_empty(), "{:?}", review.removed);
+
+    // `demo.zulu` sorts after `demo.gamma`: no rule of the head has continued it yet when
+    // gamma's note is read, and the head still defining it is what keeps it.
+    let base = format!("{SPEC}\n> r[demo.zulu]\n> Zulu holds.\n");
+    let head = format!("{base}\n> r[demo.gamma]\n> Gamma holds. (was demo.zulu)\n");
+    let (review, _) = review_of(&tree(&base, LIB), &tree(&head, LIB));
+    assert!(review.renamed.is_empty(), "{:?}", review.renamed);
+    let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(added, ["r[demo.gamma]"]);
+    assert!(review.removed.is_empty(), "{:?}", review.removed);
 }
 
 // i[verify spec-check.review.rename]
