@@ -890,6 +890,16 @@ fn prose_in_parentheses_starting_with_was_is_text() {
     assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
 }
 
+// i[verify spec-check.review.rename]
+#[test]
+fn a_was_naming_no_id_is_prose() {
+    // `(was )` names no id: it is no note, so it is part of the text like any other prose.
+    let spec = SPEC.replace("Beta holds.", "Beta holds. (was )");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert!(review.renamed.is_empty(), "{:?}", review.renamed);
+}
+
 // i[verify spec-check.review.output]
 #[test]
 fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
