@@ -305,15 +305,8 @@ fn review_run_to(
             }
             crate::output::print(&review::render(&review, &outcome, format));
             // What the change did to the waivers and the baseline, for the reviewer to judge.
-            if format != report::Format::Json {
-                let changes = ratchet::changes(&then, &disk);
-                if !changes.is_empty() {
-                    let lines: Vec<String> = changes.iter().map(|c| format!("- {c}\n")).collect();
-                    crate::output::print(&format!(
-                        "\nWaivers and coverage baseline changed since {base}:\n{}",
-                        lines.concat()
-                    ));
-                }
+            if let Some(note) = changes_note(format, base, &ratchet::changes(&then, &disk)) {
+                crate::output::print(&note);
             }
             if let Some(file) = sarif
                 && let Err(error) = write_sarif(root, file, &outcome.problems, &review.problems)
@@ -333,6 +326,20 @@ fn review_run_to(
             Ok(ExitCode::from(USAGE_ERROR))
         }
     }
+}
+
+/// What the change did to the waivers and the coverage baseline, after a text or Markdown
+/// review (a JSON review stays one document); nothing when it did nothing to them.
+// i[impl spec-check.review]
+fn changes_note(format: Format, base: &str, changes: &[String]) -> Option<String> {
+    if format == Format::Json || changes.is_empty() {
+        return None;
+    }
+    let lines: Vec<String> = changes.iter().map(|c| format!("- {c}\n")).collect();
+    Some(format!(
+        "\nWaivers and coverage baseline changed since {base}:\n{}",
+        lines.concat()
+    ))
 }
 
 /// Where `--export` or `--sarif` writes: a relative path is taken from the workspace root, as a
@@ -370,6 +377,24 @@ mod tests {
     use spec_git::fixture::{REVIEW_LIB, REVIEW_SPEC, git, two_commits};
 
     use super::*;
+
+    // i[verify spec-check.review]
+    #[test]
+    fn the_waivers_and_baseline_changes_follow_a_text_or_markdown_review_only() {
+        let changes = ["waiver added: r[x.y] (verify)".to_owned()];
+        assert_eq!(
+            changes_note(Format::Text, "HEAD~1", &changes).as_deref(),
+            Some(
+                "\nWaivers and coverage baseline changed since HEAD~1:\n- waiver added: r[x.y] (verify)\n"
+            )
+        );
+        assert_eq!(
+            changes_note(Format::Markdown, "b", &changes),
+            changes_note(Format::Text, "b", &changes)
+        );
+        assert_eq!(changes_note(Format::Json, "b", &changes), None);
+        assert_eq!(changes_note(Format::Text, "b", &[]), None);
+    }
 
     // i[verify spec-check.review]
     #[test]
