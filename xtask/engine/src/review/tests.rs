@@ -743,6 +743,28 @@ fn a_lost_proof_or_implementation_says_why_and_what_to_do() {
     );
 }
 
+// i[verify spec-check.review.coverage]
+#[test]
+fn a_loss_with_no_version_change_gives_no_version_advice() {
+    use crate::model::proof::Proof;
+    let proven = Proof {
+        caught: 3,
+        ..Proof::default()
+    };
+    // The proof's row gone, the rule unchanged: lost, but no new version voided it.
+    let (review, _) = review_of(&with_proof(proven), &tree(SPEC, LIB));
+    assert_eq!(kinds(&review), [Kind::CoverageDown], "{review:?}");
+    let message = &review.problems[0].message;
+    assert!(message.contains("proven"), "{message}");
+    assert!(!message.contains("its proof was of"), "{message}");
+    // The implementation's annotation gone, none left at an older version: no stale advice.
+    let lib = LIB.replace("// r[impl demo.alpha]\n", "");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    let message = &review.problems.last().expect("a problem").message;
+    assert!(message.contains("implemented"), "{review:?}");
+    assert!(!message.contains("older version"), "{message}");
+}
+
 // i[verify spec-check.review.items+2]
 #[test]
 fn a_moved_annotation_counts_as_a_change_of_its_side() {

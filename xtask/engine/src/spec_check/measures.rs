@@ -127,11 +127,40 @@ mod tests {
             ("docs/audit/proof.md", &*proof),
         ]);
         let read = crate::spec_check::read(&tree);
-        let outcome = crate::spec_check::check_read(&tree, &read, &[], None, &[]).expect("judged");
+        let mut outcome =
+            crate::spec_check::check_read(&tree, &read, &[], None, &[]).expect("judged");
         let (_, read) = read.expect("read");
-        let rows = rows(&tree, &read, &outcome);
-        assert_eq!(rows.len(), 1);
-        assert!(!rows[0].test_backed);
+        let rows_now = rows(&tree, &read, &outcome);
+        assert_eq!(rows_now.len(), 1);
+        assert!(!rows_now[0].test_backed);
+        let tested_of = |rows: &[Row<'_>]| -> Vec<(String, bool)> {
+            rows[0]
+                .rules
+                .iter()
+                .map(|(c, has)| (c.rule.id.base.clone(), has.tested))
+                .collect()
+        };
+        // Judged against test results: a verified rule is tested unless its tests did not pass.
+        for spec in &mut outcome.specs {
+            spec.tested = Some(1);
+        }
+        let backed = rows(&tree, &read, &outcome);
+        assert!(backed[0].test_backed);
+        assert_eq!(
+            tested_of(&backed),
+            [
+                ("demo.alpha".to_owned(), true),
+                ("demo.beta".to_owned(), false),
+                ("demo.gamma".to_owned(), false)
+            ]
+        );
+        outcome.untested.push("r[demo.alpha]".to_owned());
+        assert!(
+            tested_of(&rows(&tree, &read, &outcome))
+                .iter()
+                .all(|(_, t)| !t)
+        );
+        let rows = rows_now;
         let has: Vec<(String, Has)> = rows[0]
             .rules
             .iter()
