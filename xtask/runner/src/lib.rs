@@ -286,8 +286,8 @@ impl Proof {
     /// The closing line's word for it.
     fn said(self) -> &'static str {
         match self {
-            Proof::Passed => "passed",
-            Proof::Failed => "FAILED",
+            Proof::Passed => verdict(true),
+            Proof::Failed => verdict(false),
             Proof::NotRun => "NOT RUN (the tests failed)",
         }
     }
@@ -682,8 +682,9 @@ mod tests {
         assert_eq!(Proof::NotRun.said(), "NOT RUN (the tests failed)");
         assert_eq!(Proof::Failed.said(), "FAILED");
         assert_eq!(Proof::Passed.said(), "passed");
+        // Even beside tests that passed (it cannot be, but the verdict must not rest on it).
         let not_run = Findings {
-            nextest: false,
+            nextest: true,
             doctests: Some(true),
             gate: Some(true),
             proof: Some(Proof::NotRun),

@@ -45,6 +45,17 @@ struct Kind {
     unit: Option<CodeUnitKind>,
 }
 
+impl Kind {
+    /// The kind named `name`.
+    fn named(name: &str) -> Self {
+        Kind {
+            comment: is_comment(name),
+            comment_like: is_comment_like(name),
+            unit: unit_kind(name),
+        }
+    }
+}
+
 impl Kinds {
     fn of(language: &Language) -> Self {
         let count = u16::try_from(language.node_kind_count()).unwrap_or(u16::MAX);
@@ -53,11 +64,7 @@ impl Kinds {
                 .map(|id| {
                     language
                         .node_kind_for_id(id)
-                        .map_or(Kind::default(), |name| Kind {
-                            comment: is_comment(name),
-                            comment_like: is_comment_like(name),
-                            unit: unit_kind(name),
-                        })
+                        .map_or(Kind::default(), Kind::named)
                 })
                 .collect(),
         )
@@ -68,14 +75,7 @@ impl Kinds {
         self.0
             .get(usize::from(node.kind_id()))
             .copied()
-            .unwrap_or_else(|| {
-                let name = node.kind();
-                Kind {
-                    comment: is_comment(name),
-                    comment_like: is_comment_like(name),
-                    unit: unit_kind(name),
-                }
-            })
+            .unwrap_or_else(|| Kind::named(node.kind()))
     }
 }
 
