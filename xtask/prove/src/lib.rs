@@ -901,6 +901,7 @@ mod tests {
     }
 
     // i[verify prove.run+2]
+    // i[verify ci.prove+2]
     #[test]
     fn a_run_passes_when_every_recorded_rule_is_proven() {
         let mut tally = Tally::default();
