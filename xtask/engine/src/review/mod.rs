@@ -298,8 +298,9 @@ fn at(rule: &Rule) -> RuleAt {
     }
 }
 
+/// Matches the head's rules with the base's: kept (and bumped, or changed without a bump),
+/// renamed, added; what the head no longer continues is removed.
 // i[impl spec-check.review.rules+2]
-// i[impl spec-check.review.rename]
 fn rules_and_texts(
     review: &mut Review,
     base: &BTreeMap<String, Read<'_>>,
@@ -311,66 +312,8 @@ fn rules_and_texts(
         if let Some(before) = base.get(k) {
             continues.insert(k.clone(), k.clone());
             claimed.insert(k.clone());
-            let (was_level, level) = (Level::of(before.rule), Level::of(now.rule));
-            if was_level != level {
-                review.levelled.push(Levelled {
-                    rule: at(now.rule),
-                    from: was_level.name(),
-                    to: level.name(),
-                });
-            }
-            let (then, now_version) = (before.rule.id.version, now.rule.id.version);
-            // The version to bump to is above both sides'.
-            let next = format!(
-                "{}[{}+{}]",
-                now.rule.prefix,
-                now.rule.id.base,
-                then.max(now_version) + 1
-            );
-            if now_version > then {
-                review.bumped.push(Renamed {
-                    from: before.rule.marker(),
-                    to: at(now.rule),
-                    text_changed: now.text != before.text,
-                });
-            } else if now_version < then || now.text != before.text {
-                let message = if now_version < then {
-                    format!(
-                        "the version of {} went down from {}: make it {next} and update its \
-                         references",
-                        now.rule.marker(),
-                        before.rule.marker()
-                    )
-                } else {
-                    format!(
-                        "the text of {} changed but its version did not: make it {next} and \
-                         update its references, or restore the text",
-                        now.rule.marker()
-                    )
-                };
-                review.unbumped.push(at(now.rule));
-                review.problems.push(Problem {
-                    kind: Kind::TextChangedWithoutBump,
-                    rule: now.rule.marker(),
-                    file: now.rule.file.clone(),
-                    line: now.rule.line,
-                    message,
-                    lost: Vec::new(),
-                });
-            }
-            continue;
-        }
-        // A rename: a previous id the base had and the head no longer has.
-        let previous = now.was.iter().find_map(|old| {
-            let id = tracey_core::parse_rule_id(old)?;
-            let old_key = key(&now.rule.prefix, &id.base);
-            // Not one another rule of the head already continues.
-            (base.contains_key(&old_key)
-                && !head.contains_key(&old_key)
-                && !claimed.contains(&old_key))
-            .then_some(old_key)
-        });
-        if let Some(old_key) = previous {
+            kept(review, before, now);
+        } else if let Some(old_key) = renamed_from(now, base, head, &claimed) {
             let before = &base[&old_key];
             review.renamed.push(Renamed {
                 from: before.rule.marker(),
@@ -388,6 +331,75 @@ fn rules_and_texts(
         .filter(|(k, _)| !claimed.contains(*k))
         .map(|(_, r)| at(r.rule))
         .collect();
+}
+
+/// A rule both sides define: its level change, its bump, or its text changed without one.
+// i[impl spec-check.review.rules+2]
+fn kept(review: &mut Review, before: &Read<'_>, now: &Read<'_>) {
+    let (was_level, level) = (Level::of(before.rule), Level::of(now.rule));
+    if was_level != level {
+        review.levelled.push(Levelled {
+            rule: at(now.rule),
+            from: was_level.name(),
+            to: level.name(),
+        });
+    }
+    let (then, now_version) = (before.rule.id.version, now.rule.id.version);
+    // The version to bump to is above both sides'.
+    let next = format!(
+        "{}[{}+{}]",
+        now.rule.prefix,
+        now.rule.id.base,
+        then.max(now_version) + 1
+    );
+    if now_version > then {
+        review.bumped.push(Renamed {
+            from: before.rule.marker(),
+            to: at(now.rule),
+            text_changed: now.text != before.text,
+        });
+    } else if now_version < then || now.text != before.text {
+        let message = if now_version < then {
+            format!(
+                "the version of {} went down from {}: make it {next} and update its references",
+                now.rule.marker(),
+                before.rule.marker()
+            )
+        } else {
+            format!(
+                "the text of {} changed but its version did not: make it {next} and update its \
+                 references, or restore the text",
+                now.rule.marker()
+            )
+        };
+        review.unbumped.push(at(now.rule));
+        review.problems.push(Problem {
+            kind: Kind::TextChangedWithoutBump,
+            rule: now.rule.marker(),
+            file: now.rule.file.clone(),
+            line: now.rule.line,
+            message,
+            lost: Vec::new(),
+        });
+    }
+}
+
+/// The base's key a head rule the base did not define continues: the first id its `(was …)`
+/// notes name that the base had, the head no longer has, and no other head rule already
+/// continues (`claimed`).
+// i[impl spec-check.review.rename]
+fn renamed_from(
+    now: &Read<'_>,
+    base: &BTreeMap<String, Read<'_>>,
+    head: &BTreeMap<String, Read<'_>>,
+    claimed: &BTreeSet<String>,
+) -> Option<String> {
+    now.was.iter().find_map(|old| {
+        let id = tracey_core::parse_rule_id(old)?;
+        let old_key = key(&now.rule.prefix, &id.base);
+        (base.contains_key(&old_key) && !head.contains_key(&old_key) && !claimed.contains(&old_key))
+            .then_some(old_key)
+    })
 }
 
 /// One annotation as read on one side.
