@@ -41,6 +41,10 @@ pub struct Args {
     /// holdfast-bench's, 1,10,30).
     #[arg(long, alias = "scales", value_delimiter = ',')]
     scale: Vec<usize>,
+    /// spec-check suite: keeps the generated trees (their paths are printed), for a profiler's
+    /// run on the same tree.
+    #[arg(long)]
+    keep_trees: bool,
     /// gateway suite: clients per fleet (at least one: the figures are per connection; default:
     /// holdfast-bench's).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -136,6 +140,9 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
                 line.push("--scale".into());
                 line.push(scales.join(",").into());
             }
+            if args.keep_trees {
+                line.push("--keep-trees".into());
+            }
         }
     }
     line
@@ -204,6 +211,10 @@ mod tests {
             ["spec-check", "--scale", "3"]
         );
         assert_eq!(line(&["bench", "spec-check"]), ["spec-check"]);
+        assert_eq!(
+            line(&["bench", "spec-check", "--scale", "10", "--keep-trees"]),
+            ["spec-check", "--scale", "10", "--keep-trees"]
+        );
         assert_eq!(
             line(&["bench", "forward", "--quick", "--iperf"]),
             ["forward", "--quick", "--iperf"]

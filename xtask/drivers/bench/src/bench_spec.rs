@@ -113,24 +113,33 @@ pub struct Args {
     /// That binary's build profile, as the table and the summary name it (xtask passes its own).
     #[arg(long, default_value = "unknown")]
     xtask_profile: String,
+    /// Keeps the generated trees after the run (each one's path is printed as it is made), for a
+    /// profiler's or a second tool's run on the same tree.
+    #[arg(long)]
+    keep_trees: bool,
 }
 
 /// Runs the bench with `args` on the workspace at `root`.
 pub fn run(root: &Path, args: &Args) -> anyhow::Result<ExitCode> {
     let xtask = &args.xtask;
-    run_on(root, &args.scale, &args.xtask_profile, &|| {
-        Command::new(xtask)
-    })
+    run_on(
+        root,
+        &args.scale,
+        &args.xtask_profile,
+        args.keep_trees,
+        &|| Command::new(xtask),
+    )
 }
 
 /// Runs the bench on trees `scales` times the size of the workspace at `root`, timing the
 /// commands of `xtask()` (the xtask binary, built with `profile`; a stand-in in tests) on the
-/// wall clock.
+/// wall clock; the trees are removed after unless `keep_trees`.
 // i[impl bench.spec-check+6]
 fn run_on(
     root: &Path,
     scales: &[usize],
     profile: &str,
+    keep_trees: bool,
     xtask: &dyn Fn() -> Command,
 ) -> anyhow::Result<ExitCode> {
     let origin = Instant::now();
@@ -138,6 +147,7 @@ fn run_on(
         root,
         scales,
         profile,
+        keep_trees,
         xtask,
         &|| origin.elapsed(),
         &children_cpu,
@@ -214,6 +224,7 @@ fn bench(
     root: &Path,
     scales: &[usize],
     profile: &str,
+    keep_trees: bool,
     xtask: &dyn Fn() -> Command,
     clock: &dyn Fn() -> Duration,
     cpu: &dyn Fn() -> Option<Duration>,
@@ -346,7 +357,7 @@ fn bench(
             made.annotations,
             dir.path().display()
         );
-        let timed = kept_on_failure(dir, |dir| time_tree(dir, &format!("{scale}×")))?;
+        let timed = kept_on_failure(dir, keep_trees, |dir| time_tree(dir, &format!("{scale}×")))?;
         measured.push((scale, made, timed));
     }
     // The target's tree again with all its rules in one spec file: the cost the split hides.
@@ -362,7 +373,7 @@ fn bench(
             "bench: {TARGET_SCALE}× in one spec file: generated in {}",
             dir.path().display()
         );
-        let timed = kept_on_failure(dir, |dir| {
+        let timed = kept_on_failure(dir, keep_trees, |dir| {
             time_tree(dir, &format!("{TARGET_SCALE}× one-spec-file"))
         })?;
         Some(timed)
@@ -565,14 +576,16 @@ fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
         .context("making a scratch directory")
 }
 
-/// `time` on the tree in `dir`, which is removed after, but kept when `time` fails: its error
-/// names the tree, for a look.
+/// `time` on the tree in `dir`, which is removed after, but kept when `time` fails (its error
+/// names the tree, for a look) or when `keep` asks for it.
+// i[impl bench.spec-check.tree]
 fn kept_on_failure<T>(
     dir: tempfile::TempDir,
+    keep: bool,
     time: impl FnOnce(&Path) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let result = time(dir.path());
-    if result.is_err() {
+    if result.is_err() || keep {
         let _ = dir.keep();
     }
     result
@@ -707,6 +720,21 @@ fn generate(dir: &Path, size: Size, rules_per_spec: usize) -> anyhow::Result<Siz
         write(&format!("docs/spec/runtime-{index}.md"), spec)?;
     }
     write("docs/audit/findings.md", &findings)?;
+    // i[impl bench.spec-check.tree]
+    // Each proof with the fingerprint `cargo xtask prove` would have recorded on this tree, so
+    // that reading them costs what it costs on a workspace whose proofs all carry one: the
+    // tree as written so far (no proof summary yet) is read once to compute them.
+    let source = spec_engine::Disk::new(dir);
+    let config = spec_engine::spec_check::config::load(&source)
+        .map_err(|problem| anyhow::anyhow!("reading the generated tree's config: {problem}"))?;
+    let tree = spec_engine::spec_check::read_tree(&source, &config.config);
+    for (marker, proof) in &mut proofs {
+        let base = marker.trim_start_matches("r[").trim_end_matches(']');
+        let rule = tree
+            .rule(base)
+            .with_context(|| format!("the generated tree has no rule {marker}"))?;
+        proof.fingerprint = Some(spec_engine::spec_check::fingerprint::of(&tree, rule));
+    }
     write("docs/audit/proof.md", &spec_prove::render_summary(&proofs))?;
     Ok(Size {
         rules: size.rules,
@@ -720,6 +748,31 @@ mod tests {
     use super::*;
 
     // i[verify bench.spec-check+6]
+    // i[verify bench.spec-check.tree]
+    #[test]
+    fn a_timed_tree_is_removed_unless_kept_or_its_timing_failed() {
+        for (keep, fails, kept) in [
+            (false, false, false),
+            (true, false, true),
+            (false, true, true),
+            (true, true, true),
+        ] {
+            let dir = scratch_dir("keep-test").expect("scratch");
+            let path = dir.path().to_owned();
+            let result = kept_on_failure(dir, keep, |tree| {
+                assert_eq!(tree, path);
+                if fails {
+                    anyhow::bail!("timing failed")
+                }
+                Ok(())
+            });
+            assert_eq!(result.is_err(), fails);
+            assert_eq!(path.exists(), kept, "keep {keep}, fails {fails}");
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+
+    // i[verify bench.spec-check.tree]
     #[test]
     fn the_generated_tree_has_the_asked_size_and_reads_clean() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -750,6 +803,16 @@ mod tests {
             spec_engine::spec_check::check(&spec_engine::Disk::new(&root), &[], None, &[])
                 .expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+        // Every proof carries the fingerprint of the tree as generated: none stale, none
+        // unfingerprinted.
+        assert!(
+            outcome.notes.iter().any(|n| n
+                == "proof fingerprints: 0 of 30 recorded proofs stale, 0 unfingerprinted \
+                    (recorded before fingerprints: the next `cargo xtask prove` of the rule \
+                    writes one)"),
+            "{:?}",
+            outcome.notes
+        );
     }
 
     /// A workspace at `root` of 4 rules, 10 module files (and a lib.rs) and 16 annotations, and a
@@ -824,7 +887,7 @@ mod tests {
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "none");
         // Unordered and repeated: each scale once, smallest first.
-        let code = run_on(&root, &[3, 1, 3], "release", &|| xtask.command()).expect("run");
+        let code = run_on(&root, &[3, 1, 3], "release", false, &|| xtask.command()).expect("run");
         assert_eq!(code, ExitCode::SUCCESS);
         let (calls, trees) = calls(&root);
         let mut expected = Vec::new();
@@ -988,6 +1051,7 @@ mod tests {
             &root,
             &[1, 10, 30],
             "release",
+            false,
             &|| xtask.command(),
             &scripted(&runs),
             &|| Some(cpu()),
@@ -1112,7 +1176,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "serial");
-        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
+        let err =
+            run_on(&root, &[1], "release", false, &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output on one parse thread than on the pool"),
@@ -1136,7 +1201,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "cache");
-        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("another output");
+        let err =
+            run_on(&root, &[1], "release", false, &|| xtask.command()).expect_err("another output");
         assert!(
             err.to_string()
                 .contains("`spec-check` wrote another output with the read cache than without"),
@@ -1160,7 +1226,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().canonicalize().expect("root");
         let xtask = workspace_and_xtask(&root, "trace");
-        let err = run_on(&root, &[1], "release", &|| xtask.command()).expect_err("trace failed");
+        let err =
+            run_on(&root, &[1], "release", false, &|| xtask.command()).expect_err("trace failed");
         assert!(err.to_string().contains("`trace --all` failed"), "{err}");
         let (calls, trees) = calls(&root);
         // Left for a look (the error names it).
@@ -1173,11 +1240,11 @@ mod tests {
         assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());
         assert!(
-            run_on(&root, &[], "release", &|| xtask.command()).is_err(),
+            run_on(&root, &[], "release", false, &|| xtask.command()).is_err(),
             "no scale"
         );
         assert!(
-            run_on(&root, &[0], "release", &|| xtask.command()).is_err(),
+            run_on(&root, &[0], "release", false, &|| xtask.command()).is_err(),
             "a zero scale"
         );
     }
