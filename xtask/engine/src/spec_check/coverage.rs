@@ -23,7 +23,7 @@ use tracey_core::{RefVerb, ReqReference, RuleIdMatch, classify_reference_for_rul
 use super::foreign;
 use super::problem::{Kind, Problem};
 use super::rules::Rule;
-use super::sources::{ParsedFiles, Scanned};
+use super::sources::{ParsedFile, ParsedFiles, Scanned};
 use super::suggest;
 
 /// One row of the table: a spec (or `spec/impl` when a spec has several impls).
@@ -129,6 +129,11 @@ pub fn analyse(
         let Some(file) = parsed.files.get(path) else {
             continue;
         };
+        // What places a reference in test code, looked up once per file rather than per
+        // reference: whether the file is a `test_include` one, and (asked only for a reference
+        // outside a `#[cfg(test)]` item) whether its parent declares it `#[cfg(test)] mod`.
+        let test_file = scanned.test_files.contains(path);
+        let declared = std::cell::OnceCell::new();
         for reference in &file.refs {
             if Some(reference.prefix.as_str()) != prefix {
                 continue;
@@ -168,11 +173,11 @@ pub fn analyse(
                 Some((_, false)) => {}
                 None => problems.push(unknown_rule(reference, rules, &site, &spec.name)),
             }
-            let code = code_at(&site, scanned, parsed);
+            let code = code_at(test_file, file, reference.line, || {
+                *declared.get_or_init(|| parsed.declared_as_test_module(path))
+            });
             problems.extend(placement_problem(reference, &site, code, &spec.name));
-            problems.extend(verify_not_on_test(
-                reference, &site, code, parsed, &spec.name,
-            ));
+            problems.extend(verify_not_on_test(reference, &site, code, file, &spec.name));
         }
     }
 
@@ -321,10 +326,15 @@ enum Code {
 }
 
 // i[impl spec-check.placement]
-fn code_at(site: &Site, scanned: &Scanned, parsed: &ParsedFiles) -> Code {
-    if scanned.test_files.contains(&site.path) {
+fn code_at(
+    test_file: bool,
+    file: &ParsedFile,
+    line: usize,
+    declared_test_module: impl FnOnce() -> bool,
+) -> Code {
+    if test_file {
         Code::TestFile
-    } else if parsed.in_cfg_test(&site.path, site.line) {
+    } else if file.in_cfg_test_item(line) || declared_test_module() {
         Code::CfgTest
     } else {
         Code::NotTest
@@ -376,13 +386,12 @@ fn verify_not_on_test(
     reference: &ReqReference,
     site: &Site,
     code: Code,
-    parsed: &ParsedFiles,
+    file: &ParsedFile,
     spec: &str,
 ) -> Option<Problem> {
     if reference.verb != RefVerb::Verify || code == Code::NotTest {
         return None;
     }
-    let file = parsed.files.get(&site.path)?;
     let Some(layout) = file.layout.as_ref() else {
         return foreign_not_on_test(reference, site, &file.content, spec);
     };

@@ -174,9 +174,14 @@ pub fn check_read(
 
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
     // Each is read against its fingerprint: a stale one is named, an unfingerprinted one counted.
-    let proofs: Vec<(String, crate::model::proof::Proof)> = rules
-        .iter()
-        .filter_map(|r| fingerprint::recorded(source, tree, r).map(|p| (r.marker(), p)))
+    // On the parse pool: each proof's fingerprint hashes its rule's items, independently of
+    // every other rule's, and one after another they were an eighth of an uncached run.
+    let proofs: Vec<(String, crate::model::proof::Proof)> =
+        pool::map(rules.iter().collect(), |r| {
+            fingerprint::recorded(source, tree, r).map(|p| (r.marker(), p))
+        })
+        .into_iter()
+        .flatten()
         .collect();
     if !proofs.is_empty() {
         notes.extend(fingerprint::notes(&proofs));

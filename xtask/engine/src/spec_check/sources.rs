@@ -152,6 +152,13 @@ pub(crate) fn read_file(path: &Path, content: &str) -> Read {
     }
 }
 
+impl ParsedFile {
+    /// Whether `line` is inside a `#[cfg(test)]` item of this (Rust) file.
+    pub fn in_cfg_test_item(&self, line: usize) -> bool {
+        self.layout.as_ref().is_some_and(|l| l.in_cfg_test(line))
+    }
+}
+
 impl ParsedFiles {
     /// Whether the reference on `line` of `path` is in test code: a `test_include` file, a
     /// `#[cfg(test)]` item, or a file declared as `#[cfg(test)] mod name;` by its parent.
@@ -159,15 +166,12 @@ impl ParsedFiles {
         let Some(file) = self.files.get(path) else {
             return false;
         };
-        if file.layout.as_ref().is_some_and(|l| l.in_cfg_test(line)) {
-            return true;
-        }
-        self.declared_as_test_module(path)
+        file.in_cfg_test_item(line) || self.declared_as_test_module(path)
     }
 
     /// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
     /// module of a file that is itself test code that way.
-    fn declared_as_test_module(&self, path: &Path) -> bool {
+    pub(crate) fn declared_as_test_module(&self, path: &Path) -> bool {
         let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
             return false;
         };
