@@ -331,3 +331,44 @@ fn a_stale_pass_is_exported_in_the_schemas_shape() {
     assert_ne!(export["rules"][0]["verdict"], "verified", "{export:#}");
     assert_eq!(export["rules"][1]["verifies"][0]["result"], "passed");
 }
+
+// i[verify spec-check.export+2]
+#[test]
+fn each_rule_is_exported_under_its_own_spec() {
+    // Two specs whose rules sit on the same line of their files, the second spec's only rule:
+    // a rule is placed by its file and its line together.
+    let config = "specs (\n  {\n    name one\n    include (docs/one.md)\n    impls (\n      {\n        name rust\n        include (src/one.rs)\n      }\n    )\n  }\n  {\n    name two\n    include (docs/two.md)\n    impls (\n      {\n        name rust\n        include (src/two.rs)\n      }\n    )\n  }\n)\n";
+    let tree = Memory::new([
+        (".config/tracey/config.styx", config),
+        (
+            "docs/one.md",
+            "# One\n\n> o[one.alpha]\n> Alpha holds.\n\n> o[one.beta]\n> Beta holds.\n",
+        ),
+        ("docs/two.md", "# Two\n\n> t[two.gamma]\n> Gamma holds.\n"),
+        (
+            "src/one.rs",
+            "// o[impl one.alpha]\npub fn alpha() {}\n\n// o[impl one.beta]\npub fn beta() {}\n",
+        ),
+        ("src/two.rs", "// t[impl two.gamma]\npub fn gamma() {}\n"),
+    ]);
+    let export = export_of(&tree);
+    let specs: Vec<(&str, &str)> = export["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            (
+                r["marker"].as_str().expect("marker"),
+                r["spec"].as_str().unwrap_or("(none)"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        specs,
+        [
+            ("o[one.alpha]", "one"),
+            ("o[one.beta]", "one"),
+            ("t[two.gamma]", "two")
+        ]
+    );
+}
