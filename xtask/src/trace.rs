@@ -9,8 +9,8 @@ use spec_engine::model::findings::{self, Finding};
 use spec_engine::model::paths;
 use spec_engine::spec_check::{self, suggest};
 use spec_engine::trace::report::{self, Traced};
-use spec_engine::trace::verdict::{self, Verdict};
-use spec_engine::trace::{results, rule_report, rule_trace, usable};
+use spec_engine::trace::verdict::Verdict;
+use spec_engine::trace::{results, rule_report, usable};
 use spec_engine::{Disk, Tree};
 
 /// Arguments of `cargo xtask trace`.
@@ -191,22 +191,8 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     }
     out.push_str("\n\n");
     let evidence = run.as_ref().map(|r| &r.evidence);
-    let traced: Vec<Traced> = chosen
-        .into_iter()
-        .map(|finding| {
-            let rules: Vec<_> = finding
-                .rules
-                .iter()
-                .map(|named| rule_trace::trace(root, &tree, named, evidence))
-                .collect();
-            let judgement = verdict::judge(&rules, run.is_some());
-            Traced {
-                finding: finding.clone(),
-                rules,
-                judgement,
-            }
-        })
-        .collect();
+    let traced: Vec<Traced> =
+        spec_engine::trace::traced(root, &tree, chosen, evidence, run.is_some());
     for (index, one) in traced.iter().enumerate() {
         if index > 0 {
             out.push('\n');

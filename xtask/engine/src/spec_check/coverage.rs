@@ -23,7 +23,7 @@ use tracey_core::{RefVerb, ReqReference, RuleIdMatch, classify_reference_for_rul
 use super::foreign;
 use super::problem::{Kind, Problem};
 use super::rules::Rule;
-use super::sources::{ParsedFile, ParsedFiles, Scanned};
+use super::sources::{self, ParsedFile, ParsedFiles, Scanned};
 use super::suggest;
 
 /// One row of the table: a spec (or `spec/impl` when a spec has several impls).
@@ -125,8 +125,16 @@ pub fn analyse(
             .or_default()
             .push(index);
     }
+    // The parsed files by path, hashed: a test-module question looks up to four parent files,
+    // and the path-ordered map compares paths component by component at every step.
+    let index: std::collections::HashMap<&std::path::Path, &ParsedFile> = parsed
+        .files
+        .iter()
+        .map(|(path, file)| (path.as_path(), file))
+        .collect();
+    let lookup = |path: &std::path::Path| index.get(path).copied();
     for path in &scanned.files {
-        let Some(file) = parsed.files.get(path) else {
+        let Some(file) = lookup(path) else {
             continue;
         };
         // What places a reference in test code, looked up once per file rather than per
@@ -174,7 +182,7 @@ pub fn analyse(
                 None => problems.push(unknown_rule(reference, rules, &site, &spec.name)),
             }
             let code = code_at(test_file, file, reference.line, || {
-                *declared.get_or_init(|| parsed.declared_as_test_module(path))
+                *declared.get_or_init(|| sources::declared_as_test_module(path, &lookup))
             });
             problems.extend(placement_problem(reference, &site, code, &spec.name));
             problems.extend(verify_not_on_test(reference, &site, code, file, &spec.name));

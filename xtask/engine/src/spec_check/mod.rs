@@ -43,7 +43,7 @@ pub mod junit;
 pub mod levels;
 pub mod measures;
 pub mod parity;
-mod pool;
+pub(crate) mod pool;
 pub mod problem;
 pub mod read_cache;
 pub mod report;

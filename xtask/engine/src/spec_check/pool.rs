@@ -11,7 +11,7 @@ const STACK: usize = 16 << 20;
 
 /// Maps `items` with `f` on a pool with deep worker stacks, results in `items`' order. When no
 /// pool can be built (threads cannot be spawned), the items are mapped on the calling thread.
-pub(super) fn map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+pub(crate) fn map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     let pool = POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()

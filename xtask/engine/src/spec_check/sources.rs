@@ -172,41 +172,51 @@ impl ParsedFiles {
     /// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
     /// module of a file that is itself test code that way.
     pub(crate) fn declared_as_test_module(&self, path: &Path) -> bool {
-        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
-            return false;
-        };
-        let Some(dir) = path.parent() else {
-            return false;
-        };
-        if stem == "lib" || stem == "main" {
-            return false; // crate roots have no parent module
-        }
-        // `d/name.rs` and `d/name/mod.rs` are declared by `d/mod.rs`, `d/lib.rs`, `d/main.rs` or
-        // `d.rs` next to `d`. Every candidate lies higher up, so the recursion ends.
-        let (name, module_dir) = if stem == "mod" {
-            match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
-                (Some(name), Some(parent_dir)) => (name, parent_dir),
-                _ => return false,
-            }
-        } else {
-            (stem, dir)
-        };
-        let mut parents = vec![
-            module_dir.join("mod.rs"),
-            module_dir.join("lib.rs"),
-            module_dir.join("main.rs"),
-        ];
-        if let (Some(up), Some(dir_name)) = (module_dir.parent(), module_dir.file_name()) {
-            parents.push(up.join(format!("{}.rs", dir_name.to_string_lossy())));
-        }
-        parents.iter().any(|parent| {
-            let Some(file) = self.files.get(parent) else {
-                return false;
-            };
-            file.layout
-                .as_ref()
-                .is_some_and(|l| l.test_child_modules().iter().any(|m| m == name))
-                || self.declared_as_test_module(parent)
-        })
+        declared_as_test_module(path, &|p| self.files.get(p))
     }
+}
+
+/// [`ParsedFiles::declared_as_test_module`], with the parsed files looked up by `file` (the
+/// files' map, or an index of it a caller built for many questions).
+pub(crate) fn declared_as_test_module<'a>(
+    path: &Path,
+    file: &dyn Fn(&Path) -> Option<&'a ParsedFile>,
+) -> bool {
+    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+        return false;
+    };
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    if stem == "lib" || stem == "main" {
+        return false; // crate roots have no parent module
+    }
+    // `d/name.rs` and `d/name/mod.rs` are declared by `d/mod.rs`, `d/lib.rs`, `d/main.rs` or
+    // `d.rs` next to `d`. Every candidate lies higher up, so the recursion ends.
+    let (name, module_dir) = if stem == "mod" {
+        match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
+            (Some(name), Some(parent_dir)) => (name, parent_dir),
+            _ => return false,
+        }
+    } else {
+        (stem, dir)
+    };
+    let mut parents = vec![
+        module_dir.join("mod.rs"),
+        module_dir.join("lib.rs"),
+        module_dir.join("main.rs"),
+    ];
+    if let (Some(up), Some(dir_name)) = (module_dir.parent(), module_dir.file_name()) {
+        parents.push(up.join(format!("{}.rs", dir_name.to_string_lossy())));
+    }
+    parents.iter().any(|parent| {
+        let Some(parsed) = file(parent) else {
+            return false;
+        };
+        parsed
+            .layout
+            .as_ref()
+            .is_some_and(|l| l.test_child_modules().iter().any(|m| m == name))
+            || declared_as_test_module(parent, file)
+    })
 }

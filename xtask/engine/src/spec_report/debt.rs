@@ -303,13 +303,16 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
             .map_or_else(|| "(no package)".to_owned(), |(name, _)| name)
     };
     let test_modules = test_modules(tree);
-    let mut out = Vec::new();
-    for (path, file) in &tree.parsed.files {
+    // Each file's items are judged apart from every other file's: on the parse pool, the
+    // files' order kept.
+    let files: Vec<_> = tree.parsed.files.iter().collect();
+    let mut out: Vec<Debt> = crate::spec_check::pool::map(files, |(path, file)| {
+        let mut debts = Vec::new();
         let Some(layout) = &file.layout else {
-            continue;
+            return debts;
         };
         if !in_src(&file.relative) || is_test_module(path, &test_modules) {
-            continue;
+            return debts;
         }
         let krate = package(path);
         let lines: Vec<&str> = file.content.lines().collect();
@@ -330,7 +333,7 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
             if is_covered(spans.get(path.as_path()), item.start, item.end) {
                 continue;
             }
-            out.push(Debt {
+            debts.push(Debt {
                 krate: krate.clone(),
                 file: file.relative.clone(),
                 line: item.start,
@@ -339,7 +342,11 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
                 why,
             });
         }
-    }
+        debts
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     for survivor in survivors(source, tree) {
         let Some((file, line, mutation)) = crate::model::proof::survivor_at(&survivor) else {
             continue;

@@ -65,35 +65,53 @@ pub fn everything(
     };
     let run = results::load(source, results, skips, no_results)?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
-    let mut rules = Vec::new();
     let closers = rule_report::Closers::of(&all);
-    for rule in tree.rules() {
-        rules.push(rule_report::trace_closing(
-            source,
-            &tree,
-            &all,
-            &closers,
-            &rule.marker(),
-            evidence,
-        )?);
-    }
-    let findings = all
-        .iter()
-        .map(|finding| {
-            let traces: Vec<_> = finding
-                .rules
-                .iter()
-                .map(|named| rule_trace::trace(source, &tree, named, evidence.map(|(e, _)| e)))
-                .collect();
-            let judgement = verdict::judge(&traces, run.is_some());
-            (finding.clone(), judgement.verdict.word(), judgement.reasons)
-        })
-        .collect();
+    // Each rule's trace reads only the tree: on the parse pool, in spec order.
+    let rules = spec_check::pool::map(tree.rules().iter().collect(), |rule| {
+        rule_report::trace_closing(source, &tree, &all, &closers, &rule.marker(), evidence)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let findings = traced(
+        source,
+        &tree,
+        all.iter().collect(),
+        evidence.map(|(e, _)| e),
+        run.is_some(),
+    )
+    .into_iter()
+    .map(|t| (t.finding, t.judgement.verdict.word(), t.judgement.reasons))
+    .collect();
     Ok(Everything {
         tree,
         rules,
         findings,
         results: run.map(|r| r.source),
+    })
+}
+
+/// Each of `findings` traced to its rules in `tree` and judged (`with_results`: a test run's
+/// `evidence` is there to judge by), in the order given; the findings are traced on the parse
+/// pool, each independently of the others.
+pub fn traced(
+    source: &dyn Source,
+    tree: &spec_check::Tree,
+    findings: Vec<&Finding>,
+    evidence: Option<&spec_check::test_backed::Evidence>,
+    with_results: bool,
+) -> Vec<report::Traced> {
+    spec_check::pool::map(findings, |finding| {
+        let rules: Vec<_> = finding
+            .rules
+            .iter()
+            .map(|named| rule_trace::trace(source, tree, named, evidence))
+            .collect();
+        let judgement = verdict::judge(&rules, with_results);
+        report::Traced {
+            finding: finding.clone(),
+            rules,
+            judgement,
+        }
     })
 }
 
