@@ -57,6 +57,17 @@
 //! faster than linearly in one file's annotations is not exercised (the workspace's densest file
 //! has 65).
 //!
+//! On two cores the wall time is about the pool's work over two plus the main thread's, so the
+//! work left on the main thread counts twice. Since the generated proofs carry fingerprints
+//! (`i[bench.spec-check.tree]`), the 10× tree counted the same way (`--keep-trees`, then each
+//! command under callgrind on it; M instructions, total / on the main thread) at 57eec13 and at
+//! 43602d7: spec-check 10,604 / 2,886 → 9,913 / 832, `trace --all` 9,507 / 1,790 → 8,826 / 751,
+//! spec-report 12,779 / 5,062 → 12,122 / 1,438. What moved to the pool: the proofs'
+//! fingerprints (one rule after another on the main thread, 1,330 M; none at all for a proof
+//! recorded without one), each rule's and each finding's trace, each file's spec debt; and the
+//! placement checks look a reference's file up once per file, through a hashed index, instead of
+//! in three path-ordered maps per reference (`coverage::analyse` 976 → 446 M).
+//!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
 //! cache, a sixth without the cache parses on one thread (`RAYON_NUM_THREADS=1`) instead of the
