@@ -479,6 +479,42 @@ mod tests {
         assert_eq!(kinds, ["missing-verify", "coverage-down"], "{log:#}");
     }
 
+    // i[verify spec-check.sarif]
+    #[test]
+    fn with_git_a_review_problem_alone_fails_the_run_and_is_its_logs_one_result() {
+        // The work tree passes the gate; only the review finds a problem.
+        let dir = two_commits(
+            &REVIEW_SPEC.replace("Beta holds.", "Beta holds, always."),
+            REVIEW_LIB,
+        );
+        let root = dir.path().canonicalize().expect("root");
+        let out = root.join("spec.sarif");
+        let code = review_run_to(
+            &root,
+            "HEAD~1",
+            &[],
+            None,
+            &[],
+            &Outputs {
+                format: Format::Json,
+                sarif: Some(&out),
+                export: None,
+                update_baseline: false,
+            },
+        )
+        .expect("ran");
+        assert_eq!(code, ExitCode::FAILURE);
+        let log: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("the log")).expect("JSON");
+        let kinds: Vec<&str> = log["runs"][0]["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["ruleId"].as_str())
+            .collect();
+        assert_eq!(kinds, ["text-changed-without-bump"], "{log:#}");
+    }
+
     /// The demo's proof summary: demo.alpha proven.
     const REVIEW_PROOF: &str = "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | - | abc1234 | 2026-12-01 |\n";
 

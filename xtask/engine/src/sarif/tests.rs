@@ -223,3 +223,71 @@ fn every_kind_is_described_every_time_so_rule_indexes_are_stable() {
         assert_eq!(rules[index]["id"], result["ruleId"]);
     }
 }
+
+// i[verify spec-check.sarif]
+#[test]
+fn each_kind_points_at_its_own_descriptor_with_its_own_help() {
+    for (at, kind) in super::GATE_KINDS.iter().enumerate() {
+        assert_eq!(super::gate_index(*kind), at, "{kind:?}");
+    }
+    for (at, kind) in super::REVIEW_KINDS.iter().enumerate() {
+        assert_eq!(
+            super::review_index(*kind),
+            super::GATE_KINDS.len() + at,
+            "{kind:?}"
+        );
+    }
+    let log: serde_json::Value =
+        serde_json::from_str(&super::render(std::path::Path::new("/"), &[], &[])).expect("JSON");
+    let rules = log["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .expect("rules")
+        .clone();
+    assert_eq!(
+        rules.len(),
+        super::GATE_KINDS.len() + super::REVIEW_KINDS.len()
+    );
+    // Each kind is fixed its own way: no two descriptors share a help text.
+    let helps: std::collections::BTreeSet<&str> = rules
+        .iter()
+        .filter_map(|r| r["help"]["text"].as_str())
+        .collect();
+    assert_eq!(helps.len(), rules.len(), "{rules:#?}");
+}
+
+// i[verify spec-check.sarif]
+#[test]
+fn a_message_is_prefixed_with_its_rule_unless_it_names_it_and_dot_segments_are_dropped() {
+    let named =
+        spec_check::problem::Problem::new(Kind::MissingVerify, "r[demo.alpha] is not verified")
+            .at("./src/lib.rs", 4)
+            .rule("r[demo.alpha]".to_owned());
+    let unnamed = spec_check::problem::Problem::new(Kind::MissingVerify, "not verified")
+        .at("src/./lib.rs", 7)
+        .rule("r[demo.beta]".to_owned());
+    let log: serde_json::Value = serde_json::from_str(&super::render(
+        std::path::Path::new("/"),
+        &[named, unnamed],
+        &[],
+    ))
+    .expect("JSON");
+    let results = log["runs"][0]["results"].as_array().expect("results");
+    let shown: Vec<(&str, &str, u64)> = results
+        .iter()
+        .map(|r| {
+            let at = &r["locations"][0]["physicalLocation"];
+            (
+                r["message"]["text"].as_str().expect("text"),
+                at["artifactLocation"]["uri"].as_str().expect("uri"),
+                at["region"]["startLine"].as_u64().expect("line"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("r[demo.alpha] is not verified", "src/lib.rs", 4),
+            ("r[demo.beta]: not verified", "src/lib.rs", 7),
+        ]
+    );
+}
