@@ -758,7 +758,6 @@ fn generate(dir: &Path, size: Size, rules_per_spec: usize) -> anyhow::Result<Siz
 mod tests {
     use super::*;
 
-    // i[verify bench.spec-check+6]
     // i[verify bench.spec-check.tree]
     #[test]
     fn a_timed_tree_is_removed_unless_kept_or_its_timing_failed() {
@@ -783,6 +782,7 @@ mod tests {
         }
     }
 
+    // i[verify bench.spec-check+6]
     // i[verify bench.spec-check.tree]
     #[test]
     fn the_generated_tree_has_the_asked_size_and_reads_clean() {
