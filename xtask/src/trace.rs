@@ -191,8 +191,7 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     }
     out.push_str("\n\n");
     let evidence = run.as_ref().map(|r| &r.evidence);
-    let traced: Vec<Traced> =
-        spec_engine::trace::traced(root, &tree, chosen, evidence, run.is_some());
+    let traced: Vec<Traced> = spec_engine::trace::traced(root, &tree, chosen, evidence);
     for (index, one) in traced.iter().enumerate() {
         if index > 0 {
             out.push('\n');

@@ -32,7 +32,7 @@
 //! below, a tree keeps each rule's fingerprint once computed (spec-report 1.78 → 1.68 s of CPU at
 //! 10×, median of five alternated runs, load about 9). Not cut: files
 //! with no annotation skipping the parse would save at most the 5 % of the generated tree's files
-//! that hold none (plain code, and the crates' `lib.rs`, which `in_cfg_test` needs for its
+//! that hold none (plain code, and the crates' `lib.rs`, which `declared_as_test_module` needs for its
 //! `#[cfg(test)] mod` declarations), and none in spec-report, whose spec debt needs the code
 //! units of every file under a crate's `src/`; the parse already runs on the pool (the serial
 //! run below is the comparison). Figures of this command (`cargo xtask bench spec-check`,

@@ -153,7 +153,8 @@ pub fn stale_message(proof: &Proof, changed: &[&str]) -> String {
 // i[impl prove.fingerprint]
 pub fn judged(source: &dyn Source, tree: &Tree, rule: &Rule) -> Option<(Proof, Freshness)> {
     let proof = crate::model::proof::recorded(source, &rule.id)?;
-    // An unfingerprinted record has nothing to compare with: the rule's items are not hashed.
+    // An unfingerprinted record has nothing to compare with: the rule's items are not hashed
+    // (what `freshness` would say of it without them, here without the cost).
     let freshness = if proof.fingerprint.is_some() {
         freshness(&proof, &of(tree, rule))
     } else {

@@ -1,4 +1,5 @@
-//! The thread pool spec and source files are parsed on.
+//! The engine's thread pool: the spec and source files are parsed on it, and the work per rule,
+//! finding or file that reads only the parsed tree (fingerprints, traces, spec debt) runs on it.
 
 use std::sync::OnceLock;
 
@@ -16,7 +17,7 @@ pub(crate) fn map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync + S
     let pool = POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
             .stack_size(STACK)
-            .thread_name(|at| format!("spec-parse-{at}"))
+            .thread_name(|at| format!("spec-pool-{at}"))
             .build()
             .ok()
     });

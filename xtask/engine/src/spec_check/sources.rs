@@ -159,25 +159,9 @@ impl ParsedFile {
     }
 }
 
-impl ParsedFiles {
-    /// Whether the reference on `line` of `path` is in test code: a `test_include` file, a
-    /// `#[cfg(test)]` item, or a file declared as `#[cfg(test)] mod name;` by its parent.
-    pub fn in_cfg_test(&self, path: &Path, line: usize) -> bool {
-        let Some(file) = self.files.get(path) else {
-            return false;
-        };
-        file.in_cfg_test_item(line) || self.declared_as_test_module(path)
-    }
-
-    /// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
-    /// module of a file that is itself test code that way.
-    pub(crate) fn declared_as_test_module(&self, path: &Path) -> bool {
-        declared_as_test_module(path, &|p| self.files.get(p))
-    }
-}
-
-/// [`ParsedFiles::declared_as_test_module`], with the parsed files looked up by `file` (the
-/// files' map, or an index of it a caller built for many questions).
+/// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
+/// module of a file that is itself test code that way; the parsed files are looked up by `file`
+/// (an index of [`ParsedFiles::files`] the caller built for many questions).
 pub(crate) fn declared_as_test_module<'a>(
     path: &Path,
     file: &dyn Fn(&Path) -> Option<&'a ParsedFile>,

@@ -77,7 +77,6 @@ pub fn everything(
         &tree,
         all.iter().collect(),
         evidence.map(|(e, _)| e),
-        run.is_some(),
     )
     .into_iter()
     .map(|t| (t.finding, t.judgement.verdict.word(), t.judgement.reasons))
@@ -90,15 +89,15 @@ pub fn everything(
     })
 }
 
-/// Each of `findings` traced to its rules in `tree` and judged (`with_results`: a test run's
-/// `evidence` is there to judge by), in the order given; the findings are traced on the parse
-/// pool, each independently of the others.
+/// Each of `findings` traced to its rules in `tree` and judged (by a test run's `evidence` when
+/// there is one), in the order given; the findings are traced on the pool, each independently
+/// of the others.
+// i[impl trace.exit-code]
 pub fn traced(
     source: &dyn Source,
     tree: &spec_check::Tree,
     findings: Vec<&Finding>,
     evidence: Option<&spec_check::test_backed::Evidence>,
-    with_results: bool,
 ) -> Vec<report::Traced> {
     spec_check::pool::map(findings, |finding| {
         let rules: Vec<_> = finding
@@ -106,7 +105,7 @@ pub fn traced(
             .iter()
             .map(|named| rule_trace::trace(source, tree, named, evidence))
             .collect();
-        let judgement = verdict::judge(&rules, with_results);
+        let judgement = verdict::judge(&rules, evidence.is_some());
         report::Traced {
             finding: finding.clone(),
             rules,
