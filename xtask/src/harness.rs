@@ -26,6 +26,10 @@ pub struct Args {
     /// service starts and no test runs (CI builds once for the package and the tests).
     #[arg(long, conflicts_with_all = ["services_only", "prove_ci"])]
     pub no_run: bool,
+    /// Install what a test run needs and lacks (Debian packages with apt-get, cargo-nextest,
+    /// cargo-mutants), then stop: nothing is built, started or run. Implies --install.
+    #[arg(long, conflicts_with_all = ["services_only", "prove_ci", "no_run"])]
+    pub install_only: bool,
     /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
     #[arg(last = true)]
     pub test_args: Vec<String>,
@@ -44,6 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None
         },
         no_run: args.no_run,
+        install_only: args.install_only,
         test_args: args.test_args,
     };
     Ok(ExitCode::from(exit_code(holdfast_test_runner::run(

@@ -181,3 +181,62 @@ fn the_runner_s_gate_fails_as_spec_check_does_when_the_report_is_missing_or_malf
         );
     }
 }
+
+/// Whether everything `cargo xtask test` needs is on this machine already (then `--install-only`
+/// must install nothing, so the test can run it without root or a package registry); when not,
+/// a loud skip (the harness installs it all first, so there it fails instead).
+fn everything_installed() -> bool {
+    use holdfast_harness::packages;
+    let path = format!(
+        "{}:/usr/sbin:/usr/bin:/sbin:/bin",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let missing: Vec<&str> = packages::missing(&path)
+        .iter()
+        .map(|r| r.program)
+        .chain((!packages::has_nextest()).then_some("cargo-nextest"))
+        .chain((!packages::has_mutants()).then_some("cargo-mutants"))
+        .collect();
+    if !missing.is_empty() {
+        holdfast_test_support::services::skip_loudly(
+            "the test run's programs",
+            &format!("missing: {}", missing.join(", ")),
+            holdfast_test_support::services::FailWhen::Harness,
+        );
+    }
+    missing.is_empty()
+}
+
+// i[verify harness.install.only]
+#[test]
+fn install_only_installs_what_is_missing_and_builds_starts_and_runs_nothing() {
+    if !everything_installed() {
+        return;
+    }
+    let tree = fixture::Tree::new(SPEC, &[], &[]);
+    let run = fixture::xtask_in(tree.path(), tree.path(), "test", &["--install-only"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("everything a test run needs is installed"),
+        "{}",
+        run.stdout
+    );
+    // No test ran (the run's closing count), and nothing was built or started in the tree.
+    assert!(!run.stdout.contains(" passed, "), "{}", run.stdout);
+    assert!(!run.stderr.contains("Compiling"), "{}", run.stderr);
+    assert!(!tree.path().join("target").exists());
+
+    let clash = fixture::xtask_in(
+        tree.path(),
+        tree.path(),
+        "test",
+        &["--install-only", "--no-run"],
+    );
+    assert_ne!(clash.code, 0, "{}", clash.stdout);
+    assert!(
+        clash.stderr.contains("cannot be used with"),
+        "{}",
+        clash.stderr
+    );
+}

@@ -59,6 +59,9 @@ pub struct Options {
     pub prove_ci: Option<PathBuf>,
     /// Build the tests the same arguments would run, with the same features, and stop.
     pub no_run: bool,
+    /// Install what a run needs and lacks (Debian packages, cargo-nextest, cargo-mutants), then
+    /// stop: nothing is built, started or run. CI starts it early, in the background.
+    pub install_only: bool,
     /// Arguments for `cargo nextest run` (a filter, `--no-capture`, `-p PACKAGE`, ...).
     pub test_args: Vec<String>,
 }
@@ -90,6 +93,9 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
         .context("installing the Ctrl-C handler")?;
 
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if args.install_only {
+        return install_only();
+    }
     if args.no_run {
         return build_only(
             &workspace,
@@ -236,18 +242,42 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
 }
 
 /// Refuses options that cannot go together rather than ignoring one of them: `no_run` builds
-/// only, so it runs no services and no proof; `services_only` runs no tests, so no proof either.
+/// only, so it runs no services and no proof; `services_only` runs no tests, so no proof either;
+/// `install_only` does none of the three.
+// i[impl harness.install.only]
 fn check_options(args: &Options) -> anyhow::Result<()> {
-    let clash = match (args.no_run, args.services_only, args.prove_ci.is_some()) {
-        (true, true, _) => Some("--no-run with --services-only"),
-        (true, _, true) => Some("--no-run with --prove-ci"),
-        (_, true, true) => Some("--services-only with --prove-ci"),
-        _ => None,
-    };
-    match clash {
-        Some(what) => bail!("test: {what}: these options cannot go together"),
-        None => Ok(()),
+    let given: Vec<&str> = [
+        (args.no_run, "--no-run"),
+        (args.services_only, "--services-only"),
+        (args.prove_ci.is_some(), "--prove-ci"),
+        (args.install_only, "--install-only"),
+    ]
+    .into_iter()
+    .filter_map(|(on, flag)| on.then_some(flag))
+    .collect();
+    if given.len() > 1 {
+        bail!(
+            "test: {}: these options cannot go together",
+            given.join(" with ")
+        );
     }
+    Ok(())
+}
+
+/// `cargo xtask test --install-only`: what [`ensure_requirements`] installs, with installing
+/// allowed, and nothing else.
+fn install_only() -> anyhow::Result<Outcome> {
+    install_only_with(ensure_requirements)
+}
+
+/// [`install_only`] with the requirements' check (a test hands it a stand-in).
+// i[impl harness.install.only]
+fn install_only_with(
+    ensure: impl FnOnce(bool) -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<Outcome> {
+    ensure(true)?;
+    output::print("xtask test: everything a test run needs is installed");
+    Ok(Outcome::Passed)
 }
 
 /// The Ctrl-C / SIGTERM handler: says so and sets `flag`, which every wait loop and every step of
@@ -759,30 +789,59 @@ mod tests {
         );
     }
 
+    // i[verify harness.install.only]
     #[test]
     fn options_that_cannot_go_together_are_refused() {
-        let with = |no_run, services_only, prove: bool| Options {
+        let with = |[no_run, services_only, prove, install_only]: [bool; 4]| Options {
             no_run,
             services_only,
             prove_ci: prove.then(|| PathBuf::from("xtask")),
+            install_only,
             ..Options::default()
         };
-        for (no_run, services_only, prove) in [
-            (true, true, false),
-            (true, false, true),
-            (false, true, true),
-        ] {
-            let err = check_options(&with(no_run, services_only, prove)).expect_err("a clash");
-            assert!(err.to_string().contains("cannot go together"), "{err}");
+        // Every pair of the four clashes, and the error names both.
+        let flags = [
+            "--no-run",
+            "--services-only",
+            "--prove-ci",
+            "--install-only",
+        ];
+        for a in 0..4 {
+            for b in a + 1..4 {
+                let mut on = [false; 4];
+                on[a] = true;
+                on[b] = true;
+                let err = check_options(&with(on)).expect_err("a clash");
+                let text = err.to_string();
+                assert!(text.contains("cannot go together"), "{text}");
+                assert!(
+                    text.contains(&format!("{} with {}", flags[a], flags[b])),
+                    "{text}"
+                );
+            }
         }
-        for (no_run, services_only, prove) in [
-            (false, false, false),
-            (true, false, false),
-            (false, true, false),
-            (false, false, true),
-        ] {
-            check_options(&with(no_run, services_only, prove)).expect("one option alone");
+        check_options(&with([false; 4])).expect("no option");
+        for alone in 0..4 {
+            let mut on = [false; 4];
+            on[alone] = true;
+            check_options(&with(on)).expect("one option alone");
         }
+    }
+
+    // i[verify harness.install.only]
+    #[test]
+    fn install_only_ensures_the_requirements_with_installing_allowed_and_fails_with_them() {
+        let mut asked = Vec::new();
+        let outcome = install_only_with(|install| {
+            asked.push(install);
+            Ok(PathBuf::from("/bin/busybox"))
+        })
+        .expect("installed");
+        assert_eq!(outcome, Outcome::Passed);
+        assert_eq!(asked, [true]);
+        let err = install_only_with(|_| bail!("apt-get install failed: exit status: 100"))
+            .expect_err("a failed install fails the command");
+        assert!(err.to_string().contains("apt-get install failed"), "{err}");
     }
 
     // i[verify harness.services.stop]
