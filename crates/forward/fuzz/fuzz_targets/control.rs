@@ -2,7 +2,7 @@
 //! round-trips through the encoder.
 #![no_main]
 
-use holdfast_forward::control::{FrameDecoder, FrameError, decode_body, encode};
+use holdfast_forward_wire::control::{FrameDecoder, FrameError, decode_body, encode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! bytes when its varints were minimal.
 #![no_main]
 
-use holdfast_forward::wire::{decode_datagram, encode_datagram};
+use holdfast_forward_wire::wire::{decode_datagram, encode_datagram};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
