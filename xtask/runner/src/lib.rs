@@ -276,7 +276,7 @@ fn install_only_with(
     ensure: impl FnOnce(bool) -> anyhow::Result<PathBuf>,
 ) -> anyhow::Result<Outcome> {
     ensure(true)?;
-    output::print("xtask test: everything a test run needs is installed");
+    output::print("xtask test: everything a test run needs is installed\n");
     Ok(Outcome::Passed)
 }
 
