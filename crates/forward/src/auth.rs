@@ -195,6 +195,11 @@ mod tests {
         assert_eq!(creds.matching(b"alpha-token"), Some(0));
         assert_eq!(creds.matching(b"beta-token"), Some(1));
         assert_eq!(creds.matching(b"gamma-token"), None);
+        // A credential listed twice is its first place; empty ones hold no place.
+        let empty = Credential::new("");
+        let listed = Credentials::new([&empty, &b, &a, &b, &a]);
+        assert_eq!(listed.matching(b"beta-token"), Some(0));
+        assert_eq!(listed.matching(b"alpha-token"), Some(1));
     }
 
     fn ip(s: &str) -> IpAddr {
