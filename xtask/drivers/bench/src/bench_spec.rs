@@ -607,10 +607,10 @@ fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
     let config = spec_engine::spec_check::config::load(&spec_engine::Disk::new(root))
         .map_err(|p| anyhow::anyhow!("{p}"))?;
     let tree = spec_engine::spec_check::read_tree(&spec_engine::Disk::new(root), &config.config);
-    let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
+    let annotations = tree.parsed.values().map(|f| f.refs.len()).sum();
     Ok(Size {
         rules: tree.rules().len(),
-        files: tree.parsed.files.len(),
+        files: tree.parsed.len(),
         annotations,
     })
 }
@@ -806,10 +806,10 @@ mod tests {
             spec_engine::spec_check::read_tree(&spec_engine::Disk::new(&root), &config.config);
         assert!(tree.problems.is_empty(), "{:?}", tree.problems);
         assert_eq!(tree.rules().len(), 30);
-        let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
+        let refs: usize = tree.parsed.values().map(|f| f.refs.len()).sum();
         assert_eq!(refs, 120);
         // 45 module files and one lib.rs per crate of 20.
-        assert_eq!(tree.parsed.files.len(), 45 + 3);
+        assert_eq!(tree.parsed.len(), 45 + 3);
         let outcome =
             spec_engine::spec_check::check(&spec_engine::Disk::new(&root), &[], None, &[])
                 .expect("check");

@@ -125,14 +125,8 @@ pub fn analyse(
             .or_default()
             .push(index);
     }
-    // The parsed files by path, hashed: a test-module question looks up to four parent files,
-    // and the path-ordered map compares paths component by component at every step.
-    let index: std::collections::HashMap<&std::path::Path, &ParsedFile> = parsed
-        .files
-        .iter()
-        .map(|(path, file)| (path.as_path(), file))
-        .collect();
-    let lookup = |path: &std::path::Path| index.get(path).copied();
+    // The parsed files are hashed by path: a test-module question looks up to four parent files.
+    let lookup = |path: &std::path::Path| parsed.get(path);
     for path in &scanned.files {
         let Some(file) = lookup(path) else {
             continue;
@@ -480,7 +474,7 @@ fn located(problem: Problem, reference: &ReqReference, site: &Site, spec: &str) 
 /// References with an explicit verb whose prefix belongs to no spec (likely a typo'd prefix).
 pub fn unknown_prefixes(parsed: &ParsedFiles, known: &[String]) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for file in parsed.files.values() {
+    for file in parsed.values() {
         for reference in &file.refs {
             if known.contains(&reference.prefix) || !uses_explicit_verb(&file.content, reference) {
                 continue;
