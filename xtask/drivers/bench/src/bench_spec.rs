@@ -80,8 +80,8 @@
 //! before the command ends (107 M). Every output compared equal with `cmp` (spec-check, its
 //! `--json`, `trace --all` and the page, on the 1× and 10× trees and this workspace).
 //! spec-check 10,048 / 902 → 9,510 / 296 M and `trace --all` 8,932 / 824 → 8,576 / 293 M on the
-//! same tree. With wall ≈ pool / 2 + main thread, spec-report's 5,522 M against the 6,780 M of
-//! its 1.13 s puts it near 0.92 s idle. This command (`--scale 1,10,30`) after the change, at
+//! same tree. With wall ≈ pool / 2 + main thread, spec-report's 7,042 M became 5,522 M (×0.78):
+//! its 1.13 s idle would be about 0.89 s. This command (`--scale 1,10,30`) after the change, at
 //! load 3.2 → 4.0 (a second job held about a core: the pool's times are the one thread's):
 //! spec-report 0.17 / 1.49 / 3.97 s wall, 0.13 / 1.46 / 3.94 s CPU; spec-check 0.21 / 1.11 /
 //! 3.37 s; `trace --all` 0.12 / 1.17 / 3.47 s (30×/10× 2.66, 3.02, 2.95: linear).
