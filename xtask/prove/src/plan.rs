@@ -209,11 +209,7 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
             .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
         {
             for site in coverage.impl_sites.iter().filter(|s| !s.stale) {
-                let layout = tree
-                    .parsed
-                    .files
-                    .get(&site.path)
-                    .and_then(|f| f.layout.as_ref());
+                let layout = tree.parsed.get(&site.path).and_then(|f| f.layout.as_ref());
                 let Some(layout) = layout else {
                     continue;
                 };
@@ -231,11 +227,7 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
                 }
             }
             for site in coverage.verify_sites.iter().filter(|s| !s.stale) {
-                let layout = tree
-                    .parsed
-                    .files
-                    .get(&site.path)
-                    .and_then(|f| f.layout.as_ref());
+                let layout = tree.parsed.get(&site.path).and_then(|f| f.layout.as_ref());
                 let span = |line: usize| {
                     layout
                         .and_then(|layout| layout.item_at(line))

@@ -449,7 +449,7 @@ fn annotations_of(
 }
 
 fn read_site(side: Side<'_>, verb: &'static str, site: &Site) -> Seen {
-    let file = side.tree.parsed.files.get(&site.path);
+    let file = side.tree.parsed.get(&site.path);
     Seen {
         verb,
         file: site.file.clone(),

@@ -125,23 +125,44 @@ pub fn analyse(
             .or_default()
             .push(index);
     }
-    // The parsed files by path, hashed: a test-module question looks up to four parent files,
-    // and the path-ordered map compares paths component by component at every step.
-    let index: std::collections::HashMap<&std::path::Path, &ParsedFile> = parsed
+    // The parsed files are hashed by path: a test-module question looks up to four parent files.
+    let lookup = |path: &std::path::Path| parsed.get(path);
+    let files: Vec<(&std::path::PathBuf, &ParsedFile)> = scanned
         .files
         .iter()
-        .map(|(path, file)| (path.as_path(), file))
+        .filter_map(|path| Some((path, lookup(path)?)))
         .collect();
-    let lookup = |path: &std::path::Path| index.get(path).copied();
-    for path in &scanned.files {
-        let Some(file) = lookup(path) else {
-            continue;
-        };
+    // Whether each reference lies in test code, and what its place breaks, read only its file
+    // (and the files above it): judged file by file on the parse pool, in the files' order.
+    let placed: Vec<Vec<Vec<Problem>>> = super::pool::map(files.clone(), |(path, file)| {
         // What places a reference in test code, looked up once per file rather than per
         // reference: whether the file is a `test_include` one, and (asked only for a reference
         // outside a `#[cfg(test)]` item) whether its parent declares it `#[cfg(test)] mod`.
         let test_file = scanned.test_files.contains(path);
         let declared = std::cell::OnceCell::new();
+        file.refs
+            .iter()
+            .filter(|reference| Some(reference.prefix.as_str()) == prefix)
+            .map(|reference| {
+                let site = Site {
+                    path: path.clone(),
+                    file: file.relative.clone(),
+                    line: reference.line,
+                    stale: false,
+                };
+                let code = code_at(test_file, file, reference.line, || {
+                    *declared.get_or_init(|| sources::declared_as_test_module(path, &lookup))
+                });
+                placement_problem(reference, &site, code, &spec.name)
+                    .into_iter()
+                    .chain(verify_not_on_test(reference, &site, code, file, &spec.name))
+                    .collect()
+            })
+            .collect()
+    });
+    for ((path, file), placed) in files.into_iter().zip(placed) {
+        // One entry per reference of the spec's prefix, in the file's order.
+        let mut placed = placed.into_iter();
         for reference in &file.refs {
             if Some(reference.prefix.as_str()) != prefix {
                 continue;
@@ -181,11 +202,7 @@ pub fn analyse(
                 Some((_, false)) => {}
                 None => problems.push(unknown_rule(reference, rules, &site, &spec.name)),
             }
-            let code = code_at(test_file, file, reference.line, || {
-                *declared.get_or_init(|| sources::declared_as_test_module(path, &lookup))
-            });
-            problems.extend(placement_problem(reference, &site, code, &spec.name));
-            problems.extend(verify_not_on_test(reference, &site, code, file, &spec.name));
+            problems.extend(placed.next().into_iter().flatten());
         }
     }
 
@@ -480,7 +497,7 @@ fn located(problem: Problem, reference: &ReqReference, site: &Site, spec: &str) 
 /// References with an explicit verb whose prefix belongs to no spec (likely a typo'd prefix).
 pub fn unknown_prefixes(parsed: &ParsedFiles, known: &[String]) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for file in parsed.files.values() {
+    for file in parsed.values() {
         for reference in &file.refs {
             if known.contains(&reference.prefix) || !uses_explicit_verb(&file.content, reference) {
                 continue;

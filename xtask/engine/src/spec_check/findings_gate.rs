@@ -50,6 +50,12 @@ pub fn check(tree: &dyn Tree, rules: &[Rule]) -> Checked {
             return checked;
         }
     };
+    // The first rule of each base id, as a search of `rules` from the top finds it: hashed, since
+    // every finding names a few rules and a large tree has thousands.
+    let mut by_base: std::collections::HashMap<&str, &Rule> = std::collections::HashMap::new();
+    for rule in rules {
+        by_base.entry(rule.id.base.as_str()).or_insert(rule);
+    }
     let mut planned: Vec<(String, Vec<String>)> = Vec::new();
     for finding in &parsed {
         for named in &finding.rules {
@@ -61,7 +67,7 @@ pub fn check(tree: &dyn Tree, rules: &[Rule]) -> Checked {
                 .at(&file, finding.closed_by_line)
                 .rule(named.marker())
             };
-            match rules.iter().find(|r| r.id.base == named.id.base) {
+            match by_base.get(named.id.base.as_str()).copied() {
                 Some(rule) if rule.prefix != named.prefix => {
                     checked.problems.push(problem(format!(
                         "the spec defines it as {} ({}:{}); write that marker",

@@ -43,7 +43,7 @@ fn hash<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
 fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>, verify: bool) -> BTreeSet<String> {
     sites
         .flat_map(|site| {
-            let file = tree.parsed.files.get(&site.path);
+            let file = tree.parsed.get(&site.path);
             let content = file.map_or("", |f| f.content.as_str());
             let layout = file.and_then(|f| f.layout.as_ref());
             if verify {

@@ -426,11 +426,21 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         fingerprints: Fingerprints::default(),
     };
     for spec in &config.specs {
-        let extracted = rules::extract(source, spec);
+        // The spec's rules and its impls' file lists are read side by side: the walk of the
+        // sources (and each path's canonical form) overlaps the parse of the spec files.
+        let (extracted, selected) = pool::join(
+            || rules::extract(source, spec),
+            || {
+                spec.impls
+                    .iter()
+                    .map(|implementation| sources::select(source, implementation))
+                    .collect::<Vec<_>>()
+            },
+        );
         tree.problems.extend(extracted.problems);
         tree.notes.extend(extracted.notes);
-        for implementation in &spec.impls {
-            let scanned = sources::scan(source, implementation, &mut tree.parsed);
+        for (implementation, selected) in spec.impls.iter().zip(selected) {
+            let scanned = sources::scan(source, implementation, selected, &mut tree.parsed);
             tree.problems.extend(scanned.problems.iter().cloned());
             tree.notes.extend(scanned.notes.iter().cloned());
             tree.analyses.push(coverage::analyse(
@@ -485,11 +495,7 @@ mod tests {
             .spawn(move || {
                 let loaded = config::load(&tree).expect("the config loads");
                 let read = read_tree(&tree, &loaded.config);
-                (
-                    read.parsed.files.len(),
-                    read.rules.len(),
-                    read.problems.len(),
-                )
+                (read.parsed.len(), read.rules.len(), read.problems.len())
             })
             .expect("a thread")
             .join()

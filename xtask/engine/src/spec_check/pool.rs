@@ -13,16 +13,33 @@ const STACK: usize = 16 << 20;
 /// Maps `items` with `f` on a pool with deep worker stacks, results in `items`' order. When no
 /// pool can be built (threads cannot be spawned), the items are mapped on the calling thread.
 pub(crate) fn map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+    match pool() {
+        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
+        None => items.into_iter().map(f).collect(),
+    }
+}
+
+/// Runs `a` and `b` side by side on the same pool and returns both results; without a pool, one
+/// after the other on the calling thread.
+pub(crate) fn join<A: Send, B: Send>(
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    match pool() {
+        Some(pool) => pool.install(|| rayon::join(a, b)),
+        None => (a(), b()),
+    }
+}
+
+/// The pool, built on first use; `None` when its threads cannot be spawned.
+fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    let pool = POOL.get_or_init(|| {
+    POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
             .stack_size(STACK)
             .thread_name(|at| format!("spec-pool-{at}"))
             .build()
             .ok()
-    });
-    match pool {
-        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
-        None => items.into_iter().map(f).collect(),
-    }
+    })
+    .as_ref()
 }

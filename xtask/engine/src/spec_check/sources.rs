@@ -5,12 +5,14 @@
 //! on a thread pool with deep stacks (the results are kept in path order), or not at all when the
 //! read cache holds what an earlier run found in the same bytes ([`super::read_cache`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tracey_config::Impl;
 use tracey_core::{ReqReference, Reqs, is_supported_extension};
 
+use super::crate_layout::{self, TestTarget};
 use super::problem::{Kind, Problem};
 use super::read_cache::{self, Read};
 use super::rust_layout::RustLayout;
@@ -28,13 +30,79 @@ pub struct ParsedFile {
     pub refs: Vec<ReqReference>,
     /// Structure of a Rust file (test code, functions, modules).
     pub layout: Option<RustLayout>,
+    /// Its test binary and module path, once asked ([`ParsedFiles::locate`]).
+    target: OnceLock<Option<TestTarget>>,
 }
 
-/// All files parsed so far, by canonical path.
+/// All files parsed so far, by canonical path: hashed, since the gate, the trace and the report
+/// look a file up per annotation (a path-ordered map compares paths component by component at
+/// every step of a search), and listed in path order.
 #[derive(Default)]
 pub struct ParsedFiles {
     /// Parsed files by canonical path.
-    pub files: BTreeMap<PathBuf, ParsedFile>,
+    files: HashMap<PathBuf, ParsedFile>,
+    /// The same paths, in order.
+    order: BTreeSet<PathBuf>,
+}
+
+impl ParsedFiles {
+    /// The file parsed at canonical `path`.
+    pub fn get(&self, path: &Path) -> Option<&ParsedFile> {
+        self.files.get(path)
+    }
+
+    /// Every parsed file with its canonical path, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Path, &ParsedFile)> {
+        self.order
+            .iter()
+            .filter_map(|path| Some((path.as_path(), self.files.get(path)?)))
+    }
+
+    /// Every parsed file, in path order.
+    pub fn values(&self) -> impl Iterator<Item = &ParsedFile> {
+        self.iter().map(|(_, file)| file)
+    }
+
+    /// The test binary and module path of the file at `path` ([`crate_layout::locate`] in
+    /// `tree`, the tree the files were read from): worked out once per parsed file, since every
+    /// `verify` site in it asks.
+    pub fn locate(&self, tree: &dyn Tree, path: &Path) -> Option<TestTarget> {
+        match self.files.get(path) {
+            Some(file) => file
+                .target
+                .get_or_init(|| crate_layout::locate(tree, path))
+                .clone(),
+            None => crate_layout::locate(tree, path),
+        }
+    }
+
+    /// How many files were parsed.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no file was parsed.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Adds `parsed` files; a path already there keeps its first file.
+    fn extend(&mut self, parsed: Vec<(PathBuf, ParsedFile)>) {
+        let mut paths = Vec::with_capacity(parsed.len());
+        for (path, file) in parsed {
+            if let std::collections::hash_map::Entry::Vacant(entry) = self.files.entry(path) {
+                paths.push(entry.key().clone());
+                entry.insert(file);
+            }
+        }
+        // The first impl's files, in path order, are built into the set at once (a comparison
+        // per path) rather than inserted one by one (a search of the set per path).
+        if self.order.is_empty() {
+            self.order = paths.into_iter().collect();
+        } else {
+            self.order.extend(paths);
+        }
+    }
 }
 
 /// The files one impl covers.
@@ -49,9 +117,16 @@ pub struct Scanned {
     pub notes: Vec<String>,
 }
 
-/// Scans `implementation`'s files in `tree`, parsing new ones into `parsed`.
-pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) -> Scanned {
-    let root = tree.root();
+/// The files one impl covers, before any is read.
+pub struct Selected {
+    /// include ∪ test_include, minus exclude.
+    files: BTreeSet<PathBuf>,
+    /// Patterns that select nothing.
+    notes: Vec<String>,
+}
+
+/// Selects `implementation`'s files in `tree` (a walk of the file system, no file read).
+pub fn select(tree: &dyn Tree, implementation: &Impl) -> Selected {
     let include = if implementation.include.is_empty() {
         vec!["**/*.rs".to_owned()]
     } else {
@@ -70,9 +145,25 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
                 .into_iter()
                 .map(|n| format!("impl `{}`: {n}", implementation.name)),
         );
-        files.extend(selection.files);
+        // The first selection is taken whole rather than inserted one path at a time.
+        if files.is_empty() {
+            files = selection.files;
+        } else {
+            files.extend(selection.files);
+        }
     }
+    Selected { files, notes }
+}
 
+/// Scans `implementation`'s `selected` files in `tree`, parsing new ones into `parsed`.
+pub fn scan(
+    tree: &dyn Tree,
+    implementation: &Impl,
+    selected: Selected,
+    parsed: &mut ParsedFiles,
+) -> Scanned {
+    let root = tree.root();
+    let Selected { files, notes } = selected;
     let tests = TestMatcher::new(&implementation.test_include);
     let mut test_files = BTreeSet::new();
     let mut fresh = Vec::new();
@@ -81,7 +172,7 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
         if tests.is_match(Path::new(&relative)) {
             test_files.insert(path.clone());
         }
-        if !parsed.files.contains_key(path) {
+        if parsed.get(path).is_none() {
             fresh.push((path, relative));
         }
     }
@@ -92,14 +183,14 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
             (path, parse(tree, path, relative))
         });
     let mut problems = Vec::new();
+    let mut new_files = Vec::with_capacity(read.len());
     for (path, file) in read {
         match file {
-            Ok(file) => {
-                parsed.files.insert(path.clone(), file);
-            }
+            Ok(file) => new_files.push((path.clone(), file)),
             Err(problem) => problems.push(problem),
         }
     }
+    parsed.extend(new_files);
     Scanned {
         files,
         test_files,
@@ -132,6 +223,7 @@ fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, P
         content,
         refs,
         layout,
+        target: OnceLock::new(),
     })
 }
 
@@ -161,7 +253,7 @@ impl ParsedFile {
 
 /// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
 /// module of a file that is itself test code that way; the parsed files are looked up by `file`
-/// (an index of [`ParsedFiles::files`] the caller built for many questions).
+/// (such as [`ParsedFiles::get`]).
 pub(crate) fn declared_as_test_module<'a>(
     path: &Path,
     file: &dyn Fn(&Path) -> Option<&'a ParsedFile>,

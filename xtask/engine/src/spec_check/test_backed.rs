@@ -388,16 +388,16 @@ pub struct TestFn {
 /// Finds the test function a `verify` site precedes, if any.
 pub fn test_fn(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
     let function = layout_of(site, parsed).and_then(|layout| layout.function_after(site.line))?;
-    Some(placed(tree, site, function))
+    Some(placed(tree, site, parsed, function))
 }
 
 fn layout_of<'a>(site: &Site, parsed: &'a ParsedFiles) -> Option<&'a RustLayout> {
-    parsed.files.get(&site.path).and_then(|f| f.layout.as_ref())
+    parsed.get(&site.path).and_then(|f| f.layout.as_ref())
 }
 
 /// `function` (of the file at `site`) placed in its test binary.
-fn placed(tree: &dyn Tree, site: &Site, function: AttributedFn) -> TestFn {
-    let target = crate_layout::locate(tree, &site.path);
+fn placed(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles, function: AttributedFn) -> TestFn {
+    let target = parsed.locate(tree, &site.path);
     let mut full_path = target
         .as_ref()
         .map(|t| t.modules.clone())
@@ -429,10 +429,10 @@ pub fn judge(
 ) -> (String, Outcome) {
     let layout = layout_of(site, parsed);
     if let Some(function) = layout.and_then(|layout| layout.function_after(site.line)) {
-        return lookup(tree, site, evidence, placed(tree, site, function));
+        return lookup(tree, site, evidence, placed(tree, site, parsed, function));
     }
     match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
-        Some(scope) => judge_scope(tree, site, evidence, scope),
+        Some(scope) => judge_scope(tree, site, evidence, parsed, scope),
         None => match foreign_test(site, parsed) {
             Some(test) => lookup_foreign(tree, site, evidence, parsed, &test),
             None => ("?".to_owned(), Outcome::NoFunction),
@@ -442,7 +442,7 @@ pub fn judge(
 
 /// The test of another language the `verify` site precedes.
 fn foreign_test(site: &Site, parsed: &ParsedFiles) -> Option<foreign::ForeignTest> {
-    let file = parsed.files.get(&site.path)?;
+    let file = parsed.get(&site.path)?;
     foreign::test_after(&site.file, &file.content, site.line)
 }
 
@@ -464,11 +464,7 @@ fn lookup_foreign(
     }
     let context = foreign::Context {
         tree,
-        files: parsed
-            .files
-            .values()
-            .map(|file| file.relative.as_str())
-            .collect(),
+        files: parsed.values().map(|file| file.relative.as_str()).collect(),
     };
     // Shown with the runner whose case judged it; with none, the run's first runner.
     let Some((runner, status)) =
@@ -493,16 +489,17 @@ fn judge_scope(
     tree: &dyn Tree,
     site: &Site,
     evidence: &Evidence,
+    parsed: &ParsedFiles,
     scope: TestScope,
 ) -> (String, Outcome) {
-    let shown = scope_shown(tree, site, &scope);
+    let shown = scope_shown(tree, site, parsed, &scope);
     if scope.tests.is_empty() {
         return (shown, Outcome::NoFunction);
     }
     let outcomes: Vec<(String, Outcome)> = scope
         .tests
         .into_iter()
-        .map(|function| lookup(tree, site, evidence, placed(tree, site, function)))
+        .map(|function| lookup(tree, site, evidence, placed(tree, site, parsed, function)))
         .collect();
     let first = |wanted: fn(&Outcome) -> bool| outcomes.iter().find(|(_, o)| wanted(o)).cloned();
     first(|o| *o == Outcome::Failed)
@@ -513,8 +510,8 @@ fn judge_scope(
 }
 
 /// How nextest would name a scope's tests as a pattern: `BINARY-ID module::path::*`.
-fn scope_shown(tree: &dyn Tree, site: &Site, scope: &TestScope) -> String {
-    let target = crate_layout::locate(tree, &site.path);
+fn scope_shown(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles, scope: &TestScope) -> String {
+    let target = parsed.locate(tree, &site.path);
     let mut path = target
         .as_ref()
         .map(|t| t.modules.clone())
@@ -536,7 +533,7 @@ pub fn scope_tests(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Vec<Te
             scope
                 .tests
                 .into_iter()
-                .map(|function| placed(tree, site, function))
+                .map(|function| placed(tree, site, parsed, function))
                 .collect()
         })
         .unwrap_or_default()
@@ -552,7 +549,7 @@ pub fn tests_shown(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Option
         return foreign_test(site, parsed).map(|test| format!("{}::{}", site.file, test.name));
     };
     let scope = layout.scope_headed_at(site.line)?;
-    (!scope.tests.is_empty()).then(|| scope_shown(tree, site, &scope))
+    (!scope.tests.is_empty()).then(|| scope_shown(tree, site, parsed, &scope))
 }
 
 /// Looks `test` up in the results and says how it ended.

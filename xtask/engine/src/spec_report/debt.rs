@@ -11,7 +11,7 @@
 //! test files) is not debt, nor are modules and impl blocks themselves (they are containers: their
 //! items are judged one by one).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
@@ -74,18 +74,21 @@ fn in_src(relative: &str) -> bool {
     relative.starts_with("src/") || relative.contains("/src/")
 }
 
-/// The line spans `impl` annotations cover in each file; a `None` span covers the whole file.
-fn covered(tree: &Tree) -> BTreeMap<&Path, Vec<Option<(usize, usize)>>> {
-    let mut spans: BTreeMap<&Path, Vec<Option<(usize, usize)>>> = BTreeMap::new();
+/// Line spans `impl` annotations cover in one file; a `None` span covers the whole file.
+type Spans = Vec<Option<(usize, usize)>>;
+
+/// The line spans `impl` annotations cover in each file.
+fn covered(tree: &Tree) -> HashMap<&Path, Spans> {
+    // Hashed by path, each file's layout looked up once: a large tree has tens of thousands of
+    // sites in a few thousand files.
+    let mut spans: HashMap<&Path, (Option<&RustLayout>, Spans)> = HashMap::new();
     for analysis in tree.analyses() {
         for coverage in &analysis.rules {
             for site in &coverage.impl_sites {
-                let layout = tree
-                    .parsed
-                    .files
-                    .get(&site.path)
-                    .and_then(|f| f.layout.as_ref());
-                let entry = spans.entry(site.path.as_path()).or_default();
+                let (layout, entry) = spans.entry(site.path.as_path()).or_insert_with(|| {
+                    let layout = tree.parsed.get(&site.path).and_then(|f| f.layout.as_ref());
+                    (layout, Vec::new())
+                });
                 match layout {
                     // In no item (a file's head): the whole file.
                     Some(layout) => {
@@ -102,9 +105,12 @@ fn covered(tree: &Tree) -> BTreeMap<&Path, Vec<Option<(usize, usize)>>> {
         }
     }
     spans
+        .into_iter()
+        .map(|(path, (_, spans))| (path, spans))
+        .collect()
 }
 
-fn is_covered(spans: Option<&Vec<Option<(usize, usize)>>>, start: usize, end: usize) -> bool {
+fn is_covered(spans: Option<&Spans>, start: usize, end: usize) -> bool {
     spans.is_some_and(|spans| {
         spans.iter().any(|span| match span {
             None => true,
@@ -213,7 +219,7 @@ fn bracket_depth(line: &str) -> i32 {
 /// the declaration; or the file its `#[path = "…"]` names.
 fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
-    for (path, file) in &tree.parsed.files {
+    for (path, file) in tree.parsed.iter() {
         let Some(layout) = &file.layout else {
             continue;
         };
@@ -230,6 +236,11 @@ fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
         } else {
             parent.join(stem)
         };
+        let mods: Vec<_> = layout.items().iter().filter(|i| i.kind == "mod").collect();
+        // Most files declare no module: their lines are not needed.
+        if mods.is_empty() {
+            continue;
+        }
         let lines: Vec<&str> = file.content.lines().collect();
         let text = |start: usize, end: usize| {
             lines
@@ -237,7 +248,6 @@ fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
                 .map(|l| l.join("\n"))
                 .unwrap_or_default()
         };
-        let mods: Vec<_> = layout.items().iter().filter(|i| i.kind == "mod").collect();
         for decl in &mods {
             let decl_text = text(decl.start, decl.end);
             let inline = decl_text.trim_end().ends_with('}');
@@ -297,15 +307,16 @@ fn survivors(source: &dyn Source, tree: &Tree) -> Vec<String> {
 /// The spec debt of `tree`, largest first (then by crate, file and line).
 // i[impl spec-report.debt]
 pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
-    let spans = covered(tree);
+    // Two passes over the whole tree, independent of each other: side by side on the pool.
+    let (spans, test_modules) =
+        crate::spec_check::pool::join(|| covered(tree), || test_modules(tree));
     let package = |path: &Path| {
         crate_layout::package_of(source, path)
             .map_or_else(|| "(no package)".to_owned(), |(name, _)| name)
     };
-    let test_modules = test_modules(tree);
     // Each file's items are judged apart from every other file's: on the parse pool, the
     // files' order kept.
-    let files: Vec<_> = tree.parsed.files.iter().collect();
+    let files: Vec<_> = tree.parsed.iter().collect();
     let mut out: Vec<Debt> = crate::spec_check::pool::map(files, |(path, file)| {
         let mut debts = Vec::new();
         let Some(layout) = &file.layout else {
@@ -330,7 +341,7 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
             } else {
                 continue;
             };
-            if is_covered(spans.get(path.as_path()), item.start, item.end) {
+            if is_covered(spans.get(path), item.start, item.end) {
                 continue;
             }
             debts.push(Debt {
@@ -355,8 +366,7 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
         if is_covered(spans.get(path.as_path()), line, line) {
             continue;
         }
-        let layout: Option<&RustLayout> =
-            tree.parsed.files.get(&path).and_then(|f| f.layout.as_ref());
+        let layout: Option<&RustLayout> = tree.parsed.get(&path).and_then(|f| f.layout.as_ref());
         let size = layout
             .and_then(|l| l.item_at(line))
             .map_or(1, |item| item.end + 1 - item.start);

@@ -180,7 +180,6 @@ pub(crate) fn trace_closing(
             at: format!("{}:{}", site.file, site.line),
             item: tree
                 .parsed
-                .files
                 .get(&site.path)
                 .and_then(|f| f.layout.as_ref())
                 .and_then(|layout| layout.item_at(site.line))
