@@ -187,11 +187,7 @@ fn the_runner_s_gate_fails_as_spec_check_does_when_the_report_is_missing_or_malf
 /// a loud skip (the harness installs it all first, so there it fails instead).
 fn everything_installed() -> bool {
     use holdfast_harness::packages;
-    let path = format!(
-        "{}:/usr/sbin:/usr/bin:/sbin:/bin",
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let missing: Vec<&str> = packages::missing(&path)
+    let missing: Vec<&str> = packages::missing(&packages::search_path())
         .iter()
         .map(|r| r.program)
         .chain((!packages::has_nextest()).then_some("cargo-nextest"))
@@ -209,7 +205,7 @@ fn everything_installed() -> bool {
 
 // i[verify harness.install.only]
 #[test]
-fn install_only_installs_what_is_missing_and_builds_starts_and_runs_nothing() {
+fn install_only_with_nothing_missing_builds_starts_and_runs_nothing() {
     if !everything_installed() {
         return;
     }

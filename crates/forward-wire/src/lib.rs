@@ -8,7 +8,7 @@
 //! Both decode a peer's bytes, so both are fuzzed (`crates/forward/fuzz`) and have proptest
 //! round-trips. They live apart from holdfast-forward, which re-exports them as
 //! `holdfast_forward::{control, wire}`, so that the fuzz build compiles these two modules and their
-//! three dependencies rather than the whole QUIC stack the relay needs.
+//! two dependencies (serde, thiserror) rather than the whole QUIC stack the relay needs.
 //!
 //! The README follows.
 //!

@@ -201,6 +201,13 @@ pub fn is_static_elf(path: &Path) -> bool {
     })
 }
 
+/// `PATH`, with the system directories a non-login `PATH` may lack (Debian puts dockerd in
+/// /usr/sbin): where the harness looks for the programs it needs.
+pub fn search_path() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{path}:/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
 /// The requirements not found on `path`.
 pub fn missing(path: &str) -> Vec<Requirement> {
     REQUIREMENTS

@@ -404,7 +404,7 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
 /// `cargo xtask test --no-run`: the suite's build alone; it needs nextest and what the build
 /// scripts run (protoc), not the services' programs.
 fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<Outcome> {
-    ensure_build_requirements(install, &search_path(), packages::install)?;
+    ensure_build_requirements(install, &packages::search_path(), packages::install)?;
     ensure_nextest(install)?;
     let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
     if !status.success() {
@@ -451,17 +451,10 @@ fn ensure_build_requirements(
     Ok(())
 }
 
-/// `PATH`, with the system directories a non-login `PATH` may lack (Debian puts dockerd in
-/// /usr/sbin).
-fn search_path() -> String {
-    let path = std::env::var("PATH").unwrap_or_default();
-    format!("{path}:/usr/sbin:/usr/bin:/sbin:/bin")
-}
-
 /// Checks every program is present, installing the missing ones when allowed; returns the static
 /// busybox to seed the image with.
 fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
-    let path = search_path();
+    let path = packages::search_path();
     let missing = packages::missing(&path);
     if !missing.is_empty() {
         if !install {
