@@ -439,16 +439,28 @@ fn demanded(rule: &crate::spec_check::rules::Rule, was: &Row, marker: &str, what
     Level::of(rule).demands().or(was_level.demands()).of(what)
 }
 
-/// The waivers' problems and the ratchet's: each rule a baseline row records as having a
-/// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
-/// waiver covers that; a rule since removed is skipped, a rule added is not judged.
-// i[impl spec-check.ratchet]
+/// The waivers' problems and the ratchet's ([`ratchet`]), judged with the live waivers.
 // i[impl spec-check.waivers]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
-    let mut problems = waivers.problems.clone();
     let now = rows(source, tree, outcome);
+    let mut problems = waivers.problems.clone();
     problems.extend(unneeded(&waivers, &now));
+    problems.extend(ratchet(source, &now, &waivers));
+    problems
+}
+
+/// The ratchet's problems: each rule a baseline row records as having a measure that (under its
+/// id now, or the id that renamed it) lacks it now, unless a live waiver covers that or its
+/// level does not demand it; a rule since removed is skipped, a rule added is not judged; and
+/// the coverage `now` has that the baseline does not record.
+// i[impl spec-check.ratchet]
+fn ratchet(
+    source: &dyn Source,
+    now: &BTreeMap<String, (bool, Flags)>,
+    waivers: &Waivers,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
     let path = source.root().join(BASELINE);
     if !source.exists(&path) {
         return problems;

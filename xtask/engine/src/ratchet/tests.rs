@@ -166,6 +166,17 @@ fn a_malformed_waiver_is_a_problem_at_its_line() {
             1,
             "is not a rule marker",
         ),
+        // Nothing waived, with a reason; a reason of blanks, with something waived.
+        (
+            "[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = []\nwhy = \"x\"\nuntil = 2027-01-01\n",
+            1,
+            "says nothing it waives or no reason why",
+        ),
+        (
+            "[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = [\"proven\"]\nwhy = \"  \"\nuntil = 2027-01-01\n",
+            1,
+            "says nothing it waives or no reason why",
+        ),
     ] {
         let found = problems(&tree(LIB, &[("docs/audit/waivers.toml", text)]));
         assert_eq!(found.len(), 1, "{found:?}");
@@ -196,12 +207,30 @@ fn the_reviews_coverage_down_is_dropped_only_when_waived() {
         }],
         problems: Vec::new(),
     };
+    // A coverage-down that names no loss has none a waiver covers; another kind is no loss.
+    let unbumped = review::Problem {
+        kind: review::Kind::TextChangedWithoutBump,
+        message: "the text of r[demo.alpha] changed but its version did not".to_owned(),
+        ..problem(Vec::new())
+    };
     let mut review = review::Review {
-        problems: vec![problem(vec!["proven"]), problem(vec!["verified", "proven"])],
+        problems: vec![
+            problem(vec!["proven"]),
+            problem(vec!["verified", "proven"]),
+            problem(Vec::new()),
+            unbumped.clone(),
+        ],
         ..review::Review::default()
     };
     super::honour(&mut review, &waivers);
-    assert_eq!(review.problems, [problem(vec!["verified", "proven"])]);
+    assert_eq!(
+        review.problems,
+        [
+            problem(vec!["verified", "proven"]),
+            problem(Vec::new()),
+            unbumped
+        ]
+    );
 }
 
 /// A crate of the demo with its manifests, alpha verified by a unit test and beta by an
@@ -440,11 +469,10 @@ fn coverage_above_the_baseline_is_a_problem_until_recorded() {
     let found = problems(&tree(LIB, &files));
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].kind, Kind::Ratchet);
-    assert!(
-        found[0].message.contains("r[demo.beta+2]")
-            && found[0].message.contains("--update-baseline"),
-        "{}",
-        found[0].message
+    assert_eq!(
+        found[0].message,
+        "demo: 1 rules are proven that the baseline does not record (r[demo.beta+2]): record \
+         them with `cargo xtask spec-check --update-baseline` so that the ratchet holds them"
     );
     // At the row's header.
     let header = baseline.lines().position(|l| l == "[demo]").map(|i| i + 1);
@@ -525,6 +553,86 @@ fn a_waiver_of_a_gap_that_closed_is_a_problem() {
         found[0].message.contains("the rule is proven now"),
         "{}",
         found[0].message
+    );
+}
+
+// i[verify spec-check.ratchet]
+#[test]
+fn unrecorded_coverage_names_ten_rules_and_counts_the_rest() {
+    let ids: Vec<String> = (1..=12).map(|n| format!("demo.r{n:02}")).collect();
+    let spec: String = ids
+        .iter()
+        .map(|id| format!("> r[{id}]\n> {id} holds.\n\n"))
+        .collect();
+    let lib: String = ids
+        .iter()
+        .map(|id| {
+            format!(
+                "// r[impl {id}]\npub fn f_{}() {{}}\n\n",
+                id.replace('.', "_")
+            )
+        })
+        .collect();
+    let recorded = "[demo]\nrules = 0\nimplemented = []\nverified = []\nproven = []\n";
+    let spec = format!("# Demo\n\n{spec}");
+    let found = problems(&tree(
+        &lib,
+        &[
+            ("docs/spec.md", spec.as_str()),
+            ("docs/audit/coverage-baseline.toml", recorded),
+            ("docs/audit/proof.md", "# Proof\n"),
+        ],
+    ));
+    let shown: Vec<String> = ids[..10].iter().map(|id| format!("r[{id}]")).collect();
+    assert_eq!(
+        found.iter().map(|p| p.message.as_str()).collect::<Vec<_>>(),
+        [format!(
+            "demo: 12 rules are implemented that the baseline does not record ({} and 2 more): \
+             record them with `cargo xtask spec-check --update-baseline` so that the ratchet \
+             holds them",
+            shown.join(", ")
+        )],
+        "{found:#?}"
+    );
+}
+
+// i[verify spec-check.ratchet]
+#[test]
+fn a_removed_rule_is_not_judged_under_another_rule_of_its_spec() {
+    // Both proven at the baseline; beta is then removed, and alpha stays as it was.
+    let proof = format!(
+        "{PROOF}| `r[demo.beta+2]` | proven | 2 | 0 | 0 | 0 | - | abc1234 | 2026-12-02 |\n"
+    );
+    let source = tree(LIB, &[("docs/audit/proof.md", proof.as_str())]);
+    let (t, outcome) = judged(&source);
+    let baseline = super::baseline(&source, &t, &outcome);
+    assert!(
+        baseline.contains("proven = [\n    \"r[demo.alpha]\",\n    \"r[demo.beta+2]\",\n]"),
+        "{baseline}"
+    );
+    // Now alpha, unproven, is the spec's only rule: its loss is judged, and beta's proof is
+    // not judged as alpha's.
+    let spec = "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n";
+    let lib = "// r[impl demo.alpha]\npub fn alpha() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n}\n";
+    let found = problems(&tree(
+        lib,
+        &[
+            ("docs/spec.md", spec),
+            ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+            ("docs/audit/proof.md", "# Proof\n"),
+        ],
+    ));
+    assert_eq!(
+        found
+            .iter()
+            .map(|p| (
+                p.kind,
+                p.rule.as_deref(),
+                p.message.contains("the baseline's")
+            ))
+            .collect::<Vec<_>>(),
+        [(Kind::Ratchet, Some("r[demo.alpha]"), false)],
+        "{found:#?}"
     );
 }
 
