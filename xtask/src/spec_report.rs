@@ -63,7 +63,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .skips
         .clone()
         .unwrap_or_else(|| root.join(DEFAULT_SKIPS));
-    let skips = Some(skips).filter(|p| !results.is_empty() && p.is_file());
+    // The named (or default) ledger, missing or not, as the trace reads it: a missing one is no
+    // ledger, never a cue to read the default one instead.
+    let skips = Some(skips).filter(|_| !results.is_empty());
     // Read and parsed once: the gate borrows the tree, then the trace keeps it.
     let read = spec_check::read(&disk);
     let outcome = match spec_check::check_read(&disk, &read, &results, skips.as_deref(), &[]) {

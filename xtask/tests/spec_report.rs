@@ -259,3 +259,45 @@ fn the_page_is_written_into_new_directories() {
     let page = std::fs::read_to_string(&out).expect("page written");
     assert!(page.contains("data-rule=\"r[demo.alpha]\""), "{page}");
 }
+
+/// A `--skips` file that does not exist is no ledger, for the page's gate counts and its rule
+/// blocks alike, as for the trace: the default ledger beside it is not read in its place.
+// i[verify spec-report.file]
+#[test]
+fn a_named_skip_ledger_that_is_missing_is_no_ledger_and_the_default_is_not_read_instead() {
+    let tree = Tree::new(SPEC, &[], &[]);
+    tree.write(
+        "target/nextest/ci/junit.xml",
+        junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ])
+        .as_bytes(),
+    );
+    // The default ledger says beta's test skipped; the run names another, missing, ledger.
+    tree.write(
+        "target/holdfast-test-skips.jsonl",
+        b"{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not running\"}\n",
+    );
+    let run = fixture::xtask(
+        "spec-report",
+        tree.path(),
+        &["--skips", "target/elsewhere.jsonl"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let page = std::fs::read_to_string(tree.path().join("target/spec-report.html")).expect("page");
+    assert_eq!(
+        attributes(&page, "id=\"skipped-only\"", "data-count"),
+        ["0"],
+        "beta judged by the default ledger the run did not name"
+    );
+    let trace = fixture::xtask(
+        "trace",
+        tree.path(),
+        &["demo.beta", "--skips", "target/elsewhere.jsonl"],
+    );
+    assert!(!trace.stdout.contains("skipped"), "{}", trace.stdout);
+    // Unnamed, the default ledger is read: the word the assertion above looks for is there.
+    let trace = fixture::xtask("trace", tree.path(), &["demo.beta"]);
+    assert!(trace.stdout.contains("skipped"), "{}", trace.stdout);
+}
