@@ -356,6 +356,7 @@ pub fn page(
 }
 
 /// One rule's block: its text, sites, the findings it closes, why it is not verified, its proof.
+// i[impl spec-report.content]
 fn rule_block(rule: &RuleReport, base: &str) -> String {
     let mut out = String::with_capacity(1024);
     let class = match rule.verdict {
