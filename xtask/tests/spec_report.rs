@@ -27,6 +27,24 @@ The old code let alpha and beta fail without a word.
 **Closed by:** `r[demo.alpha]`, `r[demo.beta]`
 ";
 
+/// Writes the default results (alpha's and beta's tests passed) and the default skip ledger,
+/// which says beta's test returned early; returns the results' path.
+fn results_with_beta_skipped(tree: &Tree) -> std::path::PathBuf {
+    let results = tree.write(
+        "target/nextest/ci/junit.xml",
+        junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ])
+        .as_bytes(),
+    );
+    tree.write(
+        "target/holdfast-test-skips.jsonl",
+        b"{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not running\"}\n",
+    );
+    results
+}
+
 /// When the fixture's results were written: 2026-11-29 22:10:03 UTC.
 const RESULTS_WRITTEN: u64 = 1_795_990_203;
 
@@ -48,19 +66,8 @@ fn attributes(page: &str, marker: &str, attribute: &str) -> Vec<String> {
 #[test]
 fn the_page_is_self_contained_and_its_numbers_are_the_gates() {
     let tree = Tree::new(SPEC, &[("docs/audit/findings.md", FINDINGS)], &[]);
-    let results = tree.write(
-        "target/nextest/ci/junit.xml",
-        junit(&[
-            ("demo", "tests::alpha_holds", "passed"),
-            ("demo::beta", "beta_holds", "passed"),
-        ])
-        .as_bytes(),
-    );
     // beta's only test returned early: it proves nothing.
-    tree.write(
-        "target/holdfast-test-skips.jsonl",
-        b"{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not running\"}\n",
-    );
+    let results = results_with_beta_skipped(&tree);
     tree.date_all(RESULTS_WRITTEN - 60);
     std::fs::File::options()
         .write(true)
@@ -266,19 +273,8 @@ fn the_page_is_written_into_new_directories() {
 #[test]
 fn a_named_skip_ledger_that_is_missing_is_no_ledger_and_the_default_is_not_read_instead() {
     let tree = Tree::new(SPEC, &[], &[]);
-    tree.write(
-        "target/nextest/ci/junit.xml",
-        junit(&[
-            ("demo", "tests::alpha_holds", "passed"),
-            ("demo::beta", "beta_holds", "passed"),
-        ])
-        .as_bytes(),
-    );
     // The default ledger says beta's test skipped; the run names another, missing, ledger.
-    tree.write(
-        "target/holdfast-test-skips.jsonl",
-        b"{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not running\"}\n",
-    );
+    results_with_beta_skipped(&tree);
     let run = fixture::xtask(
         "spec-report",
         tree.path(),
