@@ -75,7 +75,9 @@ pub struct Waivers {
 }
 
 impl Waivers {
-    /// Whether a live waiver excuses `marker` from `what`.
+    /// Whether a live waiver excuses `marker` from `what`: how a waiver covers a loss in the
+    /// ratchet and in the review.
+    // i[impl spec-check.waivers]
     pub fn covers(&self, marker: &str, what: What) -> bool {
         self.live
             .iter()
@@ -439,7 +441,7 @@ fn demanded(rule: &crate::spec_check::rules::Rule, was: &Row, marker: &str, what
     Level::of(rule).demands().or(was_level.demands()).of(what)
 }
 
-/// The waivers' problems and the ratchet's ([`ratchet`]), judged with the live waivers.
+/// The waivers' problems and the ratchet's (`ratchet`), judged with the live waivers.
 // i[impl spec-check.waivers]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
