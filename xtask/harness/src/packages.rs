@@ -1,7 +1,8 @@
 //! Which programs the harness needs, which Debian package provides each, and installing them.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
@@ -261,33 +262,93 @@ pub fn missing_error(missing: &[Requirement]) -> String {
     text
 }
 
-/// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages.
+/// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages, each
+/// waiting for another package manager's lock ([`LOCK_WAIT`] at most).
 pub fn install(packages: &[&str]) -> anyhow::Result<()> {
-    install_with(Path::new("apt-get"), packages)
+    install_with(Path::new("apt-get"), packages, &mut std::thread::sleep)
 }
 
-/// [`install`] with the package manager at `apt_get` (a test hands it a stand-in script).
+/// How long an install waits for another process to release apt's or dpkg's lock.
+pub const LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// The pause between two tries while the lock is held.
+const LOCK_PAUSE: Duration = Duration::from_secs(2);
+
+/// [`install`] with the package manager at `apt_get` and the pause between tries done by `sleep`
+/// (a test hands it a stand-in script and a recording sleep).
 // i[impl harness.install+2]
-fn install_with(apt_get: &Path, packages: &[&str]) -> anyhow::Result<()> {
+fn install_with(
+    apt_get: &Path,
+    packages: &[&str],
+    sleep: &mut dyn FnMut(Duration),
+) -> anyhow::Result<()> {
     if packages.is_empty() {
         return Ok(());
     }
     eprintln!("xtask test: installing {}", packages.join(" "));
-    let apt = |args: &[&str]| -> anyhow::Result<()> {
-        let status = Command::new(apt_get)
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .context("running apt-get (is this a Debian machine, and are we root?)")?;
-        if !status.success() {
-            bail!("apt-get {} failed: {status}", args.join(" "));
-        }
-        Ok(())
-    };
-    apt(&["update", "-q"])?;
+    apt_waiting(apt_get, &["update", "-q"], sleep)?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
     args.extend_from_slice(packages);
-    apt(&args)
+    apt_waiting(apt_get, &args, sleep)
+}
+
+/// Runs `apt_get ARGS`, again every [`LOCK_PAUSE`] while its error says another process holds
+/// one of its locks: `apt-get update` never waits for the lists' lock by itself (apt 2.6's
+/// `DPkg::Lock::Timeout` covers dpkg's only), and a new machine's unattended upgrades, or a second
+/// install beside this one, hold them for a minute or more. Its error output is shown as it ends.
+// i[impl harness.install.wait]
+fn apt_waiting(
+    apt_get: &Path,
+    args: &[&str],
+    sleep: &mut dyn FnMut(Duration),
+) -> anyhow::Result<()> {
+    let tries = LOCK_WAIT.as_secs() / LOCK_PAUSE.as_secs();
+    let mut waited = false;
+    let mut attempt = 1;
+    loop {
+        let child = Command::new(apt_get)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            // The lock's message is matched below: apt's own words, not a translation.
+            .env("LC_ALL", "C")
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running apt-get (is this a Debian machine, and are we root?)")?;
+        let output = child.wait_with_output().context("waiting for apt-get")?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if output.status.success() {
+            eprint!("{stderr}");
+            return Ok(());
+        }
+        if !lock_held(&stderr) {
+            eprint!("{stderr}");
+            bail!("apt-get {} failed: {}", args.join(" "), output.status);
+        }
+        if attempt >= tries {
+            eprint!("{stderr}");
+            bail!(
+                "apt-get {} failed: {}: another process held apt's lock for {} s",
+                args.join(" "),
+                output.status,
+                LOCK_WAIT.as_secs()
+            );
+        }
+        if !waited {
+            eprintln!(
+                "xtask: another process holds apt's lock (apt-get {}); waiting for it, {} s at most",
+                args.join(" "),
+                LOCK_WAIT.as_secs()
+            );
+            waited = true;
+        }
+        sleep(LOCK_PAUSE);
+        attempt += 1;
+    }
+}
+
+/// Whether apt-get's error output (in the C locale) says another process holds one of its locks.
+fn lock_held(stderr: &str) -> bool {
+    stderr.contains("Could not get lock")
 }
 
 /// Whether `cargo nextest` is available.
@@ -471,9 +532,10 @@ mod tests {
     fn install_updates_then_installs_exactly_the_packages_and_nothing_for_none() {
         let dir = tempfile::tempdir().unwrap();
         let (apt, log) = fake_apt(dir.path(), false);
-        install_with(&apt, &[]).unwrap();
+        let mut no_sleep = |_| panic!("no lock, no wait");
+        install_with(&apt, &[], &mut no_sleep).unwrap();
         assert!(!log.exists(), "no package, no apt-get call");
-        install_with(&apt, &["redis-server", "pebble"]).unwrap();
+        install_with(&apt, &["redis-server", "pebble"], &mut no_sleep).unwrap();
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
             "noninteractive update -q\n\
@@ -486,10 +548,83 @@ mod tests {
     fn a_failed_install_is_an_error_naming_the_command() {
         let dir = tempfile::tempdir().unwrap();
         let (apt, _) = fake_apt(dir.path(), true);
-        let error = install_with(&apt, &["pebble"]).unwrap_err().to_string();
+        let mut slept = Vec::new();
+        let error = install_with(&apt, &["pebble"], &mut |pause| slept.push(pause))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with("apt-get install -y -q --no-install-recommends pebble failed"),
             "{error}"
+        );
+        assert!(
+            slept.is_empty(),
+            "a failure that is not the lock's is not waited on"
+        );
+    }
+
+    /// A stand-in apt-get whose calls fail with apt's lock message while the count in its
+    /// `held` file is above zero (each call takes one off), then succeed; it logs every call and
+    /// the locale it ran in.
+    fn locked_apt(dir: &Path, held: u32) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let log = dir.join("calls.log");
+        let count = dir.join("held");
+        std::fs::write(&count, held.to_string()).unwrap();
+        let script = dir.join("apt-get");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$LC_ALL $*\" >> '{log}'\nn=$(cat '{count}')\n\
+                 if [ \"$n\" -gt 0 ]; then\n  echo $((n - 1)) > '{count}'\n\
+                 echo 'E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 (apt-get)' >&2\n\
+                 echo 'E: Unable to lock directory /var/lib/apt/lists/' >&2\n  exit 100\nfi\nexit 0\n",
+                log = log.display(),
+                count = count.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (script, log)
+    }
+
+    // i[verify harness.install.wait]
+    #[test]
+    fn a_held_lock_is_waited_for_then_the_install_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, log) = locked_apt(dir.path(), 3);
+        let mut slept = Vec::new();
+        install_with(&apt, &["iperf"], &mut |pause| slept.push(pause)).unwrap();
+        assert_eq!(
+            slept,
+            vec![LOCK_PAUSE; 3],
+            "one pause per try the lock was held"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "C update -q\nC update -q\nC update -q\nC update -q\n\
+             C install -y -q --no-install-recommends iperf\n"
+        );
+    }
+
+    // i[verify harness.install.wait]
+    #[test]
+    fn a_lock_held_past_the_wait_fails_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, log) = locked_apt(dir.path(), u32::MAX / 2);
+        let mut slept = Duration::ZERO;
+        let error = install_with(&apt, &["iperf"], &mut |pause| slept += pause)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "apt-get update -q failed: exit status: 100: another process held apt's lock for 600 s"
+        );
+        let tries = std::fs::read_to_string(&log).unwrap().lines().count();
+        assert_eq!(tries, 300, "tries until the wait is spent");
+        assert_eq!(
+            slept + LOCK_PAUSE,
+            LOCK_WAIT,
+            "pauses between the tries only"
         );
     }
 
