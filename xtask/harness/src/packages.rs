@@ -1,8 +1,9 @@
 //! Which programs the harness needs, which Debian package provides each, and installing them.
 
+use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
@@ -262,93 +263,136 @@ pub fn missing_error(missing: &[Requirement]) -> String {
     text
 }
 
-/// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages, each
-/// waiting for another package manager's lock ([`LOCK_WAIT`] at most).
+/// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages, together
+/// waiting [`LOCK_WAIT`] at most for another process to release apt's or dpkg's lock.
 pub fn install(packages: &[&str]) -> anyhow::Result<()> {
-    install_with(Path::new("apt-get"), packages, &mut std::thread::sleep)
+    install_with(Path::new("apt-get"), packages, &mut RealTime)
 }
 
-/// How long an install waits for another process to release apt's or dpkg's lock.
+/// How long an install waits, in all, for another process to release apt's or dpkg's lock.
 pub const LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// The pause between two tries while the lock is held.
 const LOCK_PAUSE: Duration = Duration::from_secs(2);
 
-/// [`install`] with the package manager at `apt_get` and the pause between tries done by `sleep`
-/// (a test hands it a stand-in script and a recording sleep).
+/// What an install waits with: the clock it reads, its pause, and where it says that it waits (a
+/// test hands it a clock that its pauses advance, and keeps what it says).
+trait Waiting {
+    fn now(&self) -> Instant;
+    fn pause(&mut self, pause: Duration);
+    fn say(&mut self, line: &str);
+}
+
+/// The machine's clock and sleep, and stderr.
+struct RealTime;
+
+impl Waiting for RealTime {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn pause(&mut self, pause: Duration) {
+        std::thread::sleep(pause);
+    }
+    fn say(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
+/// [`install`] with the package manager at `apt_get` (a test hands it a stand-in script) and its
+/// waits done by `waiting`.
 // i[impl harness.install+2]
 fn install_with(
     apt_get: &Path,
     packages: &[&str],
-    sleep: &mut dyn FnMut(Duration),
+    waiting: &mut dyn Waiting,
 ) -> anyhow::Result<()> {
     if packages.is_empty() {
         return Ok(());
     }
     eprintln!("xtask test: installing {}", packages.join(" "));
-    apt_waiting(apt_get, &["update", "-q"], sleep)?;
+    let mut lock = LockWait {
+        deadline: waiting.now() + LOCK_WAIT,
+        said: false,
+        waiting,
+    };
+    lock.apt(apt_get, &["update", "-q"])?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
     args.extend_from_slice(packages);
-    apt_waiting(apt_get, &args, sleep)
+    lock.apt(apt_get, &args)
 }
 
-/// Runs `apt_get ARGS`, again every [`LOCK_PAUSE`] while its error says another process holds
-/// one of its locks: `apt-get update` never waits for the lists' lock by itself (apt 2.6's
-/// `DPkg::Lock::Timeout` covers dpkg's only), and a new machine's unattended upgrades, or a second
-/// install beside this one, hold them for a minute or more. Its error output is shown as it ends.
-// i[impl harness.install.wait]
-fn apt_waiting(
-    apt_get: &Path,
-    args: &[&str],
-    sleep: &mut dyn FnMut(Duration),
-) -> anyhow::Result<()> {
-    let tries = LOCK_WAIT.as_secs() / LOCK_PAUSE.as_secs();
-    let mut waited = false;
-    let mut attempt = 1;
-    loop {
-        let child = Command::new(apt_get)
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            // The lock's message is matched below: apt's own words, not a translation.
-            .env("LC_ALL", "C")
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running apt-get (is this a Debian machine, and are we root?)")?;
-        let output = child.wait_with_output().context("waiting for apt-get")?;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if output.status.success() {
-            eprint!("{stderr}");
-            return Ok(());
+/// One install's wait for apt's lock: its deadline, and whether it has said that it waits.
+struct LockWait<'a> {
+    deadline: Instant,
+    said: bool,
+    waiting: &'a mut dyn Waiting,
+}
+
+impl LockWait<'_> {
+    /// Runs `apt_get ARGS`, again every [`LOCK_PAUSE`] while its error says another process holds
+    /// one of its locks, until the install's deadline: `apt-get update` never waits for the lists'
+    /// lock by itself (apt 2.6's `DPkg::Lock::Timeout` covers dpkg's only), and a new machine's
+    /// unattended upgrades, or a second install beside this one, hold them for a minute or more.
+    /// apt-get's error output goes to a file, shown once it has ended: a pipe would also wait for
+    /// any process it started that kept the pipe open (a daemon started by a package's script).
+    // i[impl harness.install.wait]
+    fn apt(&mut self, apt_get: &Path, args: &[&str]) -> anyhow::Result<()> {
+        let command = format!("apt-get {}", args.join(" "));
+        loop {
+            let mut stderr = tempfile::tempfile().context("a file for apt-get's error output")?;
+            let status = Command::new(apt_get)
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                // The lock's message is matched below: apt's own words, not a translation.
+                .env("LC_ALL", "C")
+                .stderr(
+                    stderr
+                        .try_clone()
+                        .context("a file for apt-get's error output")?,
+                )
+                .status()
+                .context("running apt-get (is this a Debian machine, and are we root?)")?;
+            let mut text = String::new();
+            stderr
+                .seek(SeekFrom::Start(0))
+                .and_then(|_| stderr.read_to_string(&mut text))
+                .context("reading apt-get's error output")?;
+            let held = !status.success() && lock_held(&text);
+            let past = self.waiting.now() >= self.deadline;
+            // While it waits, apt's lock message once, not at every try.
+            if !held || !self.said || past {
+                eprint!("{text}");
+            }
+            if status.success() {
+                return Ok(());
+            }
+            if !held {
+                bail!("{command} failed: {status}");
+            }
+            if past {
+                bail!(
+                    "{command} failed: {status}: another process held apt's lock through the {} s wait",
+                    LOCK_WAIT.as_secs()
+                );
+            }
+            if !self.said {
+                self.waiting.say(&format!(
+                    "xtask: another process holds apt's lock ({command}); waiting for it, {} s at most",
+                    LOCK_WAIT.as_secs()
+                ));
+                self.said = true;
+            }
+            self.waiting.pause(LOCK_PAUSE);
         }
-        if !lock_held(&stderr) {
-            eprint!("{stderr}");
-            bail!("apt-get {} failed: {}", args.join(" "), output.status);
-        }
-        if attempt >= tries {
-            eprint!("{stderr}");
-            bail!(
-                "apt-get {} failed: {}: another process held apt's lock for {} s",
-                args.join(" "),
-                output.status,
-                LOCK_WAIT.as_secs()
-            );
-        }
-        if !waited {
-            eprintln!(
-                "xtask: another process holds apt's lock (apt-get {}); waiting for it, {} s at most",
-                args.join(" "),
-                LOCK_WAIT.as_secs()
-            );
-            waited = true;
-        }
-        sleep(LOCK_PAUSE);
-        attempt += 1;
     }
 }
 
-/// Whether apt-get's error output (in the C locale) says another process holds one of its locks.
+/// Whether apt-get's error output (in the C locale) says another process holds one of its locks:
+/// a line of apt's own, not any line that happens to hold the words.
 fn lock_held(stderr: &str) -> bool {
-    stderr.contains("Could not get lock")
+    stderr
+        .lines()
+        .any(|line| line.starts_with("E: Could not get lock "))
 }
 
 /// Whether `cargo nextest` is available.
@@ -504,21 +548,16 @@ mod tests {
         assert_eq!(locate("protoc", path), Some(protoc));
     }
 
-    /// A stand-in apt-get that logs each call's arguments and environment, and fails its
-    /// `install` when `fail_install`.
-    fn fake_apt(dir: &Path, fail_install: bool) -> (PathBuf, PathBuf) {
+    /// A stand-in apt-get in `dir`: a shell script that logs each call's arguments (after
+    /// `$DEBIAN_FRONTEND $LC_ALL`) to `calls.log`, then runs `body`.
+    fn stand_in_apt(dir: &Path, body: &str) -> (PathBuf, PathBuf) {
         use std::os::unix::fs::PermissionsExt as _;
         let log = dir.join("calls.log");
         let script = dir.join("apt-get");
-        let fail = if fail_install {
-            "[ \"$1\" = install ] && exit 100\n"
-        } else {
-            ""
-        };
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\necho \"$DEBIAN_FRONTEND $*\" >> '{}'\n{fail}exit 0\n",
+                "#!/bin/sh\necho \"$DEBIAN_FRONTEND $LC_ALL $*\" >> '{}'\n{body}\n",
                 log.display()
             ),
         )
@@ -527,19 +566,81 @@ mod tests {
         (script, log)
     }
 
+    /// A stand-in apt-get whose `install` fails when `fail_install`.
+    fn fake_apt(dir: &Path, fail_install: bool) -> (PathBuf, PathBuf) {
+        let fail = if fail_install {
+            "[ \"$1\" = install ] && exit 100\n"
+        } else {
+            ""
+        };
+        stand_in_apt(dir, &format!("{fail}exit 0"))
+    }
+
+    /// A stand-in apt-get whose `update` fails with apt's lock message its first `update` times,
+    /// and its `install` the same its first `install` times, then each succeeds.
+    fn locked_apt(dir: &Path, update: u64, install: u64) -> (PathBuf, PathBuf) {
+        for (command, held) in [("update", update), ("install", install)] {
+            std::fs::write(dir.join(format!("held-{command}")), held.to_string()).unwrap();
+        }
+        stand_in_apt(
+            dir,
+            &format!(
+                "held='{dir}/held-'\"$1\"\nn=$(cat \"$held\")\nif [ \"$n\" -gt 0 ]; then\n  \
+                 echo $((n - 1)) > \"$held\"\n  \
+                 echo 'E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 (apt-get)' >&2\n  \
+                 echo 'E: Unable to lock directory /var/lib/apt/lists/' >&2\n  exit 100\nfi\nexit 0",
+                dir = dir.display()
+            ),
+        )
+    }
+
+    /// A clock that only the install's pauses move, and what the install said.
+    struct FakeTime {
+        now: Instant,
+        paused: Vec<Duration>,
+        said: Vec<String>,
+    }
+
+    impl FakeTime {
+        fn new() -> Self {
+            FakeTime {
+                now: Instant::now(),
+                paused: Vec::new(),
+                said: Vec::new(),
+            }
+        }
+    }
+
+    impl Waiting for FakeTime {
+        fn now(&self) -> Instant {
+            self.now
+        }
+        fn pause(&mut self, pause: Duration) {
+            self.now += pause;
+            self.paused.push(pause);
+        }
+        fn say(&mut self, line: &str) {
+            self.said.push(line.to_owned());
+        }
+    }
+
     // i[verify harness.install+2]
     #[test]
     fn install_updates_then_installs_exactly_the_packages_and_nothing_for_none() {
         let dir = tempfile::tempdir().unwrap();
         let (apt, log) = fake_apt(dir.path(), false);
-        let mut no_sleep = |_| panic!("no lock, no wait");
-        install_with(&apt, &[], &mut no_sleep).unwrap();
+        let mut time = FakeTime::new();
+        install_with(&apt, &[], &mut time).unwrap();
         assert!(!log.exists(), "no package, no apt-get call");
-        install_with(&apt, &["redis-server", "pebble"], &mut no_sleep).unwrap();
+        install_with(&apt, &["redis-server", "pebble"], &mut time).unwrap();
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
-            "noninteractive update -q\n\
-             noninteractive install -y -q --no-install-recommends redis-server pebble\n"
+            "noninteractive C update -q\n\
+             noninteractive C install -y -q --no-install-recommends redis-server pebble\n"
+        );
+        assert!(
+            time.paused.is_empty() && time.said.is_empty(),
+            "no lock, no wait"
         );
     }
 
@@ -548,61 +649,48 @@ mod tests {
     fn a_failed_install_is_an_error_naming_the_command() {
         let dir = tempfile::tempdir().unwrap();
         let (apt, _) = fake_apt(dir.path(), true);
-        let mut slept = Vec::new();
-        let error = install_with(&apt, &["pebble"], &mut |pause| slept.push(pause))
+        let mut time = FakeTime::new();
+        let error = install_with(&apt, &["pebble"], &mut time)
             .unwrap_err()
             .to_string();
-        assert!(
-            error.starts_with("apt-get install -y -q --no-install-recommends pebble failed"),
-            "{error}"
+        assert_eq!(
+            error,
+            "apt-get install -y -q --no-install-recommends pebble failed: exit status: 100"
         );
         assert!(
-            slept.is_empty(),
+            time.paused.is_empty() && time.said.is_empty(),
             "a failure that is not the lock's is not waited on"
         );
     }
 
-    /// A stand-in apt-get whose calls fail with apt's lock message while the count in its
-    /// `held` file is above zero (each call takes one off), then succeed; it logs every call and
-    /// the locale it ran in.
-    fn locked_apt(dir: &Path, held: u32) -> (PathBuf, PathBuf) {
-        use std::os::unix::fs::PermissionsExt as _;
-        let log = dir.join("calls.log");
-        let count = dir.join("held");
-        std::fs::write(&count, held.to_string()).unwrap();
-        let script = dir.join("apt-get");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\necho \"$LC_ALL $*\" >> '{log}'\nn=$(cat '{count}')\n\
-                 if [ \"$n\" -gt 0 ]; then\n  echo $((n - 1)) > '{count}'\n\
-                 echo 'E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 (apt-get)' >&2\n\
-                 echo 'E: Unable to lock directory /var/lib/apt/lists/' >&2\n  exit 100\nfi\nexit 0\n",
-                log = log.display(),
-                count = count.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (script, log)
-    }
-
     // i[verify harness.install.wait]
     #[test]
-    fn a_held_lock_is_waited_for_then_the_install_goes_on() {
+    fn a_held_lock_is_waited_for_then_the_install_goes_on_saying_so_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (apt, log) = locked_apt(dir.path(), 3);
-        let mut slept = Vec::new();
-        install_with(&apt, &["iperf"], &mut |pause| slept.push(pause)).unwrap();
+        // Held through the update's first three tries, then the install's first two.
+        let (apt, log) = locked_apt(dir.path(), 3, 2);
+        let mut time = FakeTime::new();
+        install_with(&apt, &["iperf"], &mut time).unwrap();
         assert_eq!(
-            slept,
-            vec![LOCK_PAUSE; 3],
+            time.paused,
+            vec![LOCK_PAUSE; 5],
             "one pause per try the lock was held"
         );
         assert_eq!(
+            time.said,
+            [
+                "xtask: another process holds apt's lock (apt-get update -q); waiting for it, 600 s at most"
+            ],
+            "said once for the whole install"
+        );
+        let install = "noninteractive C install -y -q --no-install-recommends iperf\n";
+        assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
-            "C update -q\nC update -q\nC update -q\nC update -q\n\
-             C install -y -q --no-install-recommends iperf\n"
+            format!(
+                "{}{}",
+                "noninteractive C update -q\n".repeat(4),
+                install.repeat(3)
+            )
         );
     }
 
@@ -610,22 +698,43 @@ mod tests {
     #[test]
     fn a_lock_held_past_the_wait_fails_saying_so() {
         let dir = tempfile::tempdir().unwrap();
-        let (apt, log) = locked_apt(dir.path(), u32::MAX / 2);
-        let mut slept = Duration::ZERO;
-        let error = install_with(&apt, &["iperf"], &mut |pause| slept += pause)
+        let (apt, log) = locked_apt(dir.path(), u64::MAX / 4, 0);
+        let mut time = FakeTime::new();
+        let started = time.now;
+        let error = install_with(&apt, &["iperf"], &mut time)
             .unwrap_err()
             .to_string();
         assert_eq!(
             error,
-            "apt-get update -q failed: exit status: 100: another process held apt's lock for 600 s"
+            "apt-get update -q failed: exit status: 100: another process held apt's lock through \
+             the 600 s wait"
+        );
+        assert_eq!(
+            time.now - started,
+            LOCK_WAIT,
+            "waited the whole wait, and no longer"
         );
         let tries = std::fs::read_to_string(&log).unwrap().lines().count();
-        assert_eq!(tries, 300, "tries until the wait is spent");
         assert_eq!(
-            slept + LOCK_PAUSE,
-            LOCK_WAIT,
-            "pauses between the tries only"
+            tries as u32,
+            LOCK_WAIT.as_secs() as u32 / LOCK_PAUSE.as_secs() as u32 + 1,
+            "a try at the start and after each pause"
         );
+    }
+
+    // i[verify harness.install.wait]
+    #[test]
+    fn only_apts_own_lock_line_is_the_lock() {
+        assert!(lock_held(
+            "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 7 (apt-get)\n"
+        ));
+        assert!(lock_held(
+            "W: something\nE: Could not get lock /var/lib/apt/lists/lock - open (11: Resource temporarily unavailable)\n"
+        ));
+        assert!(!lock_held(
+            "postinst: Could not get lock on /run/foo, retrying\nE: Sub-process /usr/bin/dpkg returned an error code (1)\n"
+        ));
+        assert!(!lock_held(""));
     }
 
     #[test]
