@@ -126,6 +126,59 @@ fn beta_is_two() {
     assert_eq!(outcome.specs[0].verified, 2);
 }
 
+/// What is not a file's head: a verify before a helper is on that helper, which no test run can
+/// prove; and only a verify in test code is judged by its placement there (an impl in test code
+/// and a verify outside it are problems of their own kinds, each once).
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_before_a_helper_is_not_a_head_and_only_verifies_in_tests_are_placed() {
+    let helper = "\
+//! Helpers and tests for beta.
+
+// r[verify demo.beta]
+fn two() -> u32 {
+    demo::beta()
+}
+
+#[test]
+fn beta_is_two() {
+    assert_eq!(two(), 2);
+}
+";
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", LIB),
+        ("crates/demo/tests/beta.rs", helper),
+    ]);
+    assert_eq!(
+        kinds(&outcome),
+        [(Kind::VerifyNotOnTest, Some("r[demo.beta]".to_owned()))]
+    );
+    // An impl before a helper in a test file, and a verify before a function outside tests.
+    let impl_in_tests = BETA_TEST.replace(
+        "// r[verify demo.beta]\n#[test]\nfn beta_holds",
+        "// r[impl demo.beta]\nfn helper() {}\n\n// r[verify demo.beta]\n#[test]\nfn beta_holds",
+    );
+    assert_ne!(impl_in_tests, BETA_TEST, "the fixture added the impl");
+    let lib = LIB.replace(
+        "// r[impl demo.beta]\npub fn beta",
+        "// r[impl demo.beta]\n// r[verify demo.alpha]\npub fn beta",
+    );
+    assert_ne!(lib, LIB, "the fixture added the verify");
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/beta.rs", &impl_in_tests),
+    ]);
+    let mut found = kinds(&outcome);
+    found.sort_by_key(|(kind, _)| kind.name());
+    assert_eq!(
+        found,
+        [
+            (Kind::ImplInTest, Some("r[demo.beta]".to_owned())),
+            (Kind::VerifyOutsideTest, Some("r[demo.alpha]".to_owned())),
+        ]
+    );
+}
+
 // i[verify spec-check.missing]
 #[test]
 fn a_rule_without_an_impl_is_a_problem() {

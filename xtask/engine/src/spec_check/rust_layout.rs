@@ -368,8 +368,14 @@ impl RustLayout {
             .iter()
             .filter(|m| m.start <= line && line <= m.end)
             .min_by_key(|m| m.end - m.start);
-        let before = self.lines.range(0, line - 1).enumerate().rev();
+        // The annotation's own line too: code before the comment on it is code before it.
+        let before = self.lines.range(0, line).enumerate().rev();
         for (index, text) in before {
+            let text = if index + 1 == line {
+                code_before_comment(text)
+            } else {
+                text
+            };
             let trimmed = text.trim();
             if trimmed.is_empty()
                 || trimmed.starts_with("//")
@@ -582,6 +588,18 @@ fn is_macro_opener(trimmed: &str) -> bool {
 }
 
 /// `mod NAME {` (with any visibility), the line that opens the inline module `name`.
+/// The part of `text` before its first comment (`//` or `/*`); all of it when it has none. A
+/// comment marker inside a string literal is taken for one: on a line that also carries an
+/// annotation, that only makes the line's code shorter.
+fn code_before_comment(text: &str) -> &str {
+    let at = [text.find("//"), text.find("/*")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(text.len());
+    &text[..at]
+}
+
 fn is_module_opener(trimmed: &str, name: &str) -> bool {
     trimmed.ends_with('{') && {
         let mut words = trimmed.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
@@ -861,6 +879,74 @@ use std::io;
         let before_fn = "// MARK-FN\n#[test]\nfn first() {}\n";
         assert_eq!(
             self::layout(before_fn).scope_headed_at(line_of(before_fn, "MARK-FN")),
+            None
+        );
+    }
+
+    /// Which module an annotation heads, among modules nested in one another; what a block
+    /// comment above it is; code inside a module before it.
+    // i[verify spec-check.placement.file-head]
+    #[test]
+    fn an_annotation_heads_the_innermost_module_it_opens_and_a_block_comment_is_a_comment() {
+        // The inner module spans lines 11 to 17 inside the outer one (lines 10 to 18): the
+        // annotation heads the inner one only. Their spans differ (6 and 8) where other measures
+        // of them would not (17 / 11 and 18 / 10 are both 1).
+        let nested = "\
+const A: u8 = 0;
+const B: u8 = 0;
+const C: u8 = 0;
+const D: u8 = 0;
+const E: u8 = 0;
+const F: u8 = 0;
+const G: u8 = 0;
+const H: u8 = 0;
+
+mod outer {
+    mod inner {
+        // MARK-NESTED
+        use super::*;
+
+        #[test]
+        fn deep() {}
+    }
+}
+";
+        let layout = self::layout(nested);
+        assert_eq!(line_of(nested, "mod outer"), 10);
+        assert_eq!(line_of(nested, "mod inner"), 11);
+        assert_eq!(
+            layout
+                .scope_headed_at(line_of(nested, "MARK-NESTED"))
+                .map(|s| (s.modules, s.tests.len())),
+            Some((vec!["outer".to_owned(), "inner".to_owned()], 1))
+        );
+        // A block comment above the annotation is a comment: the annotation heads the file.
+        let block =
+            "/*\n * Golden tests.\n */\n// MARK-BLOCK\nuse std::fmt;\n\n#[test]\nfn golden() {}\n";
+        assert_eq!(
+            self::layout(block)
+                .scope_headed_at(line_of(block, "MARK-BLOCK"))
+                .map(|s| s.tests.len()),
+            Some(1)
+        );
+        // On its own line, code before the annotation is code before it; after a module's
+        // opener, the annotation heads that module.
+        let trailing = "use std::fmt; // MARK-TRAIL\n\n#[test]\nfn t() {}\n";
+        assert_eq!(
+            self::layout(trailing).scope_headed_at(line_of(trailing, "MARK-TRAIL")),
+            None
+        );
+        let opener = "use std::fmt;\n\nmod tests { // MARK-OPENER\n    use super::*;\n\n    #[test]\n    fn t() {}\n}\n";
+        assert_eq!(
+            self::layout(opener)
+                .scope_headed_at(line_of(opener, "MARK-OPENER"))
+                .map(|s| (s.modules, s.tests.len())),
+            Some((vec!["tests".to_owned()], 1))
+        );
+        // Code inside a module before the annotation: it heads nothing.
+        let late = "mod tests {\n    use super::*;\n    // MARK-LATE\n    use std::io;\n\n    #[test]\n    fn t() {}\n}\n";
+        assert_eq!(
+            self::layout(late).scope_headed_at(line_of(late, "MARK-LATE")),
             None
         );
     }
