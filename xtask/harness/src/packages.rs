@@ -275,12 +275,13 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(600);
 /// The pause between two tries while the lock is held.
 const LOCK_PAUSE: Duration = Duration::from_secs(2);
 
-/// What an install waits with: the clock it reads, its pause, and where it says that it waits (a
-/// test hands it a clock that its pauses advance, and keeps what it says).
+/// What an install waits with: the clock it reads, its pause, and where it writes apt-get's
+/// error output and that it waits (a test hands it a clock that its pauses advance, and keeps
+/// what is written).
 trait Waiting {
     fn now(&self) -> Instant;
     fn pause(&mut self, pause: Duration);
-    fn say(&mut self, line: &str);
+    fn say(&mut self, text: &str);
 }
 
 /// The machine's clock and sleep, and stderr.
@@ -293,8 +294,8 @@ impl Waiting for RealTime {
     fn pause(&mut self, pause: Duration) {
         std::thread::sleep(pause);
     }
-    fn say(&mut self, line: &str) {
-        eprintln!("{line}");
+    fn say(&mut self, text: &str) {
+        eprint!("{text}");
     }
 }
 
@@ -310,11 +311,7 @@ fn install_with(
         return Ok(());
     }
     eprintln!("xtask test: installing {}", packages.join(" "));
-    let mut lock = LockWait {
-        deadline: waiting.now() + LOCK_WAIT,
-        said: false,
-        waiting,
-    };
+    let mut lock = LockWait::new(waiting);
     lock.apt(apt_get, &["update", "-q"])?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
     args.extend_from_slice(packages);
@@ -328,7 +325,17 @@ struct LockWait<'a> {
     waiting: &'a mut dyn Waiting,
 }
 
-impl LockWait<'_> {
+impl<'a> LockWait<'a> {
+    /// The wait of an install starting now.
+    // i[impl harness.install.wait]
+    fn new(waiting: &'a mut dyn Waiting) -> Self {
+        LockWait {
+            deadline: waiting.now() + LOCK_WAIT,
+            said: false,
+            waiting,
+        }
+    }
+
     /// Runs `apt_get ARGS`, again every [`LOCK_PAUSE`] while its error says another process holds
     /// one of its locks, until the install's deadline: `apt-get update` never waits for the lists'
     /// lock by itself (apt 2.6's `DPkg::Lock::Timeout` covers dpkg's only), and a new machine's
@@ -360,8 +367,8 @@ impl LockWait<'_> {
             let held = !status.success() && lock_held(&text);
             let past = self.waiting.now() >= self.deadline;
             // While it waits, apt's lock message once, not at every try.
-            if !held || !self.said || past {
-                eprint!("{text}");
+            if !text.is_empty() && (!held || !self.said || past) {
+                self.waiting.say(&text);
             }
             if status.success() {
                 return Ok(());
@@ -377,7 +384,7 @@ impl LockWait<'_> {
             }
             if !self.said {
                 self.waiting.say(&format!(
-                    "xtask: another process holds apt's lock ({command}); waiting for it, {} s at most",
+                    "xtask: another process holds apt's lock ({command}); waiting for it, {} s at most\n",
                     LOCK_WAIT.as_secs()
                 ));
                 self.said = true;
@@ -587,12 +594,15 @@ mod tests {
             &format!(
                 "held='{dir}/held-'\"$1\"\nn=$(cat \"$held\")\nif [ \"$n\" -gt 0 ]; then\n  \
                  echo $((n - 1)) > \"$held\"\n  \
-                 echo 'E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 (apt-get)' >&2\n  \
-                 echo 'E: Unable to lock directory /var/lib/apt/lists/' >&2\n  exit 100\nfi\nexit 0",
+                 printf '%s' '{LOCKED}' >&2\n  exit 100\nfi\nexit 0",
                 dir = dir.display()
             ),
         )
     }
+
+    /// What [`locked_apt`] writes to stderr while the lock is held: apt 2.6's words.
+    const LOCKED: &str = "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 \
+                          (apt-get)\nE: Unable to lock directory /var/lib/apt/lists/\n";
 
     /// A clock that only the install's pauses move, and what the install said.
     struct FakeTime {
@@ -645,6 +655,7 @@ mod tests {
     }
 
     // i[verify harness.install+2]
+    // i[verify harness.install.wait]
     #[test]
     fn a_failed_install_is_an_error_naming_the_command() {
         let dir = tempfile::tempdir().unwrap();
@@ -679,9 +690,11 @@ mod tests {
         assert_eq!(
             time.said,
             [
-                "xtask: another process holds apt's lock (apt-get update -q); waiting for it, 600 s at most"
+                LOCKED,
+                "xtask: another process holds apt's lock (apt-get update -q); waiting for it, 600 s \
+                 at most\n"
             ],
-            "said once for the whole install"
+            "apt's lock message and the wait, each said once for the whole install"
         );
         let install = "noninteractive C install -y -q --no-install-recommends iperf\n";
         assert_eq!(
@@ -713,6 +726,16 @@ mod tests {
             time.now - started,
             LOCK_WAIT,
             "waited the whole wait, and no longer"
+        );
+        assert_eq!(
+            time.said,
+            [
+                LOCKED,
+                "xtask: another process holds apt's lock (apt-get update -q); waiting for it, 600 s \
+                 at most\n",
+                LOCKED
+            ],
+            "apt's lock message when the wait begins and when it ends"
         );
         let tries = std::fs::read_to_string(&log).unwrap().lines().count();
         assert_eq!(
