@@ -126,6 +126,36 @@ fn beta_is_two() {
     assert_eq!(outcome.specs[0].verified, 2);
 }
 
+/// A verify at a file's head naming an older version of its rule is a stale reference there,
+/// counted as tracey counts one: the rule is stale, not implemented.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_stale_verify_at_a_files_head_makes_its_rule_stale() {
+    let spec = SPEC.replace("> r[demo.beta]\n", "> r[demo.beta+2]\n");
+    assert_ne!(spec, SPEC, "the fixture bumped beta");
+    let lib = LIB.replace("// r[impl demo.beta]", "// r[impl demo.beta+2]");
+    assert_ne!(lib, LIB, "the fixture bumped beta's impl");
+    let head = "//! Golden tests for beta.\n// r[verify demo.beta]\n\n#[test]\nfn beta_is_two() {\n    assert_eq!(demo::beta(), 2);\n}\n";
+    let tree = Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec/demo.md", spec.as_str()),
+        ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+        ("crates/demo/Cargo.toml", MANIFEST),
+        ("crates/demo/src/lib.rs", lib.as_str()),
+        ("crates/demo/tests/beta.rs", head),
+    ]);
+    let outcome = crate::spec_check::check(&tree, &[], None, &[]).expect("the tree is checked");
+    assert_eq!(
+        kinds(&outcome),
+        [(Kind::Stale, Some("r[demo.beta+2]".to_owned()))]
+    );
+    let spec = &outcome.specs[0];
+    assert_eq!(
+        (spec.total, spec.implemented, spec.verified, spec.stale),
+        (2, 1, 2, 1)
+    );
+}
+
 /// What is not a file's head: a verify before a helper is on that helper, which no test run can
 /// prove; and only a verify in test code is judged by its placement there (an impl in test code
 /// and a verify outside it are problems of their own kinds, each once).
