@@ -262,9 +262,10 @@ pub fn summary(report: &Value) -> String {
                     || "not measured".to_owned(),
                     |s| {
                         format!(
-                            "{:.0} Mbit/s, {:.2}% lost",
+                            "{:.0} Mbit/s, {:.2}% lost{}",
                             s.mbit_per_sec,
-                            s.loss() * 100.0
+                            s.loss() * 100.0,
+                            s.rcvbuf_drops_shown()
                         )
                     },
                 )
@@ -589,6 +590,7 @@ mod tests {
             mbit_per_sec,
             lost,
             total: 100_000,
+            rcvbuf_errors: Some(lost),
         };
         iperf::report(
             &[
@@ -640,6 +642,7 @@ mod tests {
     }
 
     // i[verify bench.forward.iperf]
+    // i[verify bench.forward.iperf.rcvbuf]
     #[test]
     fn the_summary_shows_iperf_sessions_and_their_verdict() {
         let mut m = measured(0.62, 0.69, json!(120.0));

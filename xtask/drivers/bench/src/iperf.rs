@@ -34,6 +34,9 @@ pub struct Session {
     pub lost: u64,
     /// Datagrams the client sent, as the server counted them.
     pub total: u64,
+    /// Datagrams the kernel dropped during the session because a UDP socket's receive buffer was
+    /// full (Linux's `Udp: RcvbufErrors`, machine-wide); `None` where it cannot be read.
+    pub rcvbuf_errors: Option<u64>,
 }
 
 impl Session {
@@ -45,12 +48,20 @@ impl Session {
         self.lost as f64 / self.total as f64
     }
 
+    /// " (N dropped at full UDP receive buffers)" when the kernel's count was read.
+    pub fn rcvbuf_drops_shown(&self) -> String {
+        self.rcvbuf_errors
+            .map(|n| format!(" ({n} dropped at full UDP receive buffers)"))
+            .unwrap_or_default()
+    }
+
     fn to_json(self) -> Value {
         json!({
             "mbit_per_sec": self.mbit_per_sec,
             "lost": self.lost,
             "total": self.total,
             "loss": self.loss(),
+            "rcvbuf_errors": self.rcvbuf_errors,
         })
     }
 }
@@ -78,7 +89,23 @@ pub fn parse_server_report(line: &str) -> Option<Session> {
         // Duplicates can make iperf's count of missing datagrams negative: none were lost.
         lost: u64::try_from(lost.clamp(0, total)).ok()?,
         total: u64::try_from(total).ok()?,
+        rcvbuf_errors: None,
     })
+}
+
+/// Linux's count of UDP datagrams dropped because a socket's receive buffer was full, from the
+/// text of `/proc/net/snmp` (a header line `Udp: ...` naming the fields, then the values).
+// i[impl bench.forward.iperf.rcvbuf]
+pub fn rcvbuf_errors(snmp: &str) -> Option<u64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let at = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// The machine's count now ([`rcvbuf_errors`]); `None` where `/proc/net/snmp` cannot be read.
+fn rcvbuf_errors_now() -> Option<u64> {
+    rcvbuf_errors(&std::fs::read_to_string("/proc/net/snmp").ok()?)
 }
 
 /// The loss target at [`JUDGED_MBIT`]: the forward's loss at most [`LOSS_RATIO_MAX`] times the
@@ -118,6 +145,7 @@ pub fn sessions_at(report: &Value, rate: u32) -> (Option<Session>, Option<Sessio
             mbit_per_sec: v["mbit_per_sec"].as_f64()?,
             lost: v["lost"].as_u64()?,
             total: v["total"].as_u64()?,
+            rcvbuf_errors: v["rcvbuf_errors"].as_u64(),
         })
     };
     report["sessions"]
@@ -191,9 +219,10 @@ fn shown(session: Option<Session>) -> String {
         || "not measured".into(),
         |s| {
             format!(
-                "{:.0} Mbit/s, {:.2}% lost",
+                "{:.0} Mbit/s, {:.2}% lost{}",
                 s.mbit_per_sec,
-                s.loss() * 100.0
+                s.loss() * 100.0,
+                s.rcvbuf_drops_shown()
             )
         },
     )
@@ -336,6 +365,8 @@ fn session(
     );
     // The server binds before it prints anything; give it a moment.
     std::thread::sleep(Duration::from_millis(300));
+    // i[impl bench.forward.iperf.rcvbuf]
+    let drops_before = rcvbuf_errors_now();
     let status = Command::new(iperf)
         .args(["-c", "127.0.0.1", "-u", "-p", &send_to.to_string()])
         .args(["-l", &DATAGRAM_BYTES.to_string(), "-b", &format!("{rate}M")])
@@ -351,7 +382,10 @@ fn session(
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if let Some(session) = text.lines().find_map(parse_server_report) {
+        if let Some(mut session) = text.lines().find_map(parse_server_report) {
+            session.rcvbuf_errors = drops_before
+                .zip(rcvbuf_errors_now())
+                .map(|(before, after)| after.saturating_sub(before));
             return Ok(Some(session));
         }
         if Instant::now() >= deadline {
@@ -397,6 +431,7 @@ mod tests {
                 mbit_per_sec: 900.0,
                 lost,
                 total: 10_000,
+                rcvbuf_errors: None,
             })
         };
         assert_eq!(loss_target(at(10), at(20))["met"], true, "exactly twice");
@@ -420,11 +455,13 @@ mod tests {
             mbit_per_sec: 199.0,
             lost: 0,
             total: 43_000,
+            rcvbuf_errors: None,
         };
         let b = Session {
             mbit_per_sec: 950.0,
             lost: 500,
             total: 210_000,
+            rcvbuf_errors: Some(498),
         };
         let r = report(&[(200, Some(a), Some(a)), (1000, Some(b), None)], 2);
         assert_eq!(sessions_at(&r, 200), (Some(a), Some(a)));
@@ -432,6 +469,28 @@ mod tests {
         assert_eq!(sessions_at(&r, 400), (None, None));
         assert_eq!(r["sessions"][1]["forward"], Value::Null);
         assert_eq!(r["datagram_bytes"], 1162);
+        assert_eq!(r["sessions"][1]["direct"]["rcvbuf_errors"], 498);
+        assert_eq!(r["sessions"][0]["direct"]["rcvbuf_errors"], Value::Null);
+    }
+
+    // i[verify bench.forward.iperf.rcvbuf]
+    #[test]
+    fn the_kernel_s_receive_buffer_drops_are_read_by_name_from_proc_net_snmp() {
+        // /proc/net/snmp's Udp lines as Linux 6.x writes them (other protocols' lines around).
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+            Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n\
+            Udp: 1224629 0 2761 690216 2761 0 0 0 0\n\
+            UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n\
+            UdpLite: 0 0 0 0 7 0 0 0 0\n";
+        assert_eq!(rcvbuf_errors(snmp), Some(2761));
+        // Found by its name, wherever the kernel puts it.
+        assert_eq!(
+            rcvbuf_errors("Udp: RcvbufErrors InDatagrams\nUdp: 5 9\n"),
+            Some(5)
+        );
+        assert_eq!(rcvbuf_errors("Udp: InDatagrams\nUdp: 5\n"), None);
+        assert_eq!(rcvbuf_errors("Udp: RcvbufErrors\n"), None, "no values");
+        assert_eq!(rcvbuf_errors(""), None);
     }
 
     proptest::proptest! {
