@@ -478,7 +478,7 @@ impl Gateway {
     ) -> Delivery {
         let Seen { pos, prev, start } = seen;
         let inner = &self.inner;
-        // r[impl gateway.history.restart]
+        // r[impl gateway.history.restart+2]
         // Each message names its stream (the stream's first position): one of a stream other
         // than the one followed here starts the room over, whatever the positions say, and what
         // that stream holds before it is delivered first.
