@@ -50,6 +50,19 @@ pub(crate) struct RoomOrder {
     early: HashMap<(String, Pos), Delivery>,
 }
 
+/// Where a room message stands to the stream a replica follows for its room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Of the stream followed (or naming none): ordered against the last position seen here, if
+    /// any.
+    Followed(Option<Pos>),
+    /// Of another stream, whose identity this is: the room starts over on it.
+    Restart(Pos),
+    /// A late message of the stream followed before the current one: skipped, and counted as
+    /// lost when `lost`.
+    Retired { lost: bool },
+}
+
 /// Early deliveries kept at most: one whose push never asks (its append answered an error
 /// after running) is dropped with the rest past this, costing only a report.
 const EARLY_KEPT: usize = 1024;
@@ -80,6 +93,27 @@ impl RoomOrder {
 
     fn start(&self, room: &str) -> Option<Pos> {
         self.start.get(room).copied()
+    }
+
+    /// Where `room`'s message at `pos`, of the stream `start` (when it names one), stands to
+    /// what is followed here.
+    fn place(&self, room: &str, start: Option<Pos>, pos: Pos) -> Place {
+        let last = self.last(room);
+        let Some(s) = start else {
+            return Place::Followed(last);
+        };
+        match self.start(room) {
+            Some(known) if known == s => Place::Followed(last),
+            Some(_) if self.retired.get(room) == Some(&s) => {
+                let _ = pos;
+                Place::Retired { lost: true }
+            }
+            Some(_) => Place::Restart(s),
+            // Followed from before streams were named (or from no stream at all: a join with
+            // none): one that began after the last seen is a new one.
+            None if last.is_some_and(|l| s > l) => Place::Restart(s),
+            None => Place::Followed(last),
+        }
     }
 
     /// Records that `room` follows the stream `start` from now on.
@@ -482,29 +516,17 @@ impl Gateway {
         // Each message names its stream (the stream's first position): one of a stream other
         // than the one followed here starts the room over, whatever the positions say, and what
         // that stream holds before it is delivered first.
-        let mut last = order.last(room);
-        let mut restart = None;
-        if let Some(s) = start {
-            match order.start(room) {
-                Some(known) if known == s => {}
-                Some(_) if order.retired.get(room) == Some(&s) => {
-                    // A late message of the stream followed before: its place is gone.
+        let (last, restart) = match order.place(room, start, pos) {
+            Place::Followed(last) => (last, None),
+            Place::Restart(s) => (None, Some(s)),
+            Place::Retired { lost } => {
+                // A late message of the stream followed before: its place is gone.
+                if lost {
                     inner.stats.room_gap(false);
-                    return order.fire(room, pos, Delivery::default(), false);
                 }
-                Some(_) => {
-                    last = None;
-                    restart = Some(s);
-                }
-                // Followed from before streams were named (or from no stream at all: a join
-                // with none): one that began after the last seen is a new one.
-                None if last.is_some_and(|l| s > l) => {
-                    last = None;
-                    restart = Some(s);
-                }
-                None => {}
+                return order.fire(room, pos, Delivery::default(), false);
             }
-        }
+        };
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
