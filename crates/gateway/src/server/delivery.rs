@@ -38,9 +38,10 @@ pub(crate) struct RoomOrder {
     /// The identity (first position) of the stream each tracked room's last position is in,
     /// when known: a message of another stream starts the room over.
     start: HashMap<String, Pos>,
-    /// The identity of the stream each room followed before its current one: a late message of
-    /// it is not followed back (it is skipped, counted as lost).
-    retired: HashMap<String, Pos>,
+    /// The identity of the stream each room followed before its current one, with the last
+    /// position of it seen here: a late message of it is not followed back (it is skipped,
+    /// counted as lost when past that position, else a copy of one seen).
+    retired: HashMap<String, (Pos, Option<Pos>)>,
     updates: u32,
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
@@ -104,9 +105,10 @@ impl RoomOrder {
         };
         match self.start(room) {
             Some(known) if known == s => Place::Followed(last),
-            Some(_) if self.retired.get(room) == Some(&s) => {
-                let _ = pos;
-                Place::Retired { lost: true }
+            Some(_) if let Some((_, seen)) = self.retired.get(room).filter(|(r, _)| *r == s) => {
+                Place::Retired {
+                    lost: !seen.is_some_and(|l| pos <= l),
+                }
             }
             Some(_) => Place::Restart(s),
             // Followed from before streams were named (or from no stream at all: a join with
@@ -116,11 +118,13 @@ impl RoomOrder {
         }
     }
 
-    /// Records that `room` follows the stream `start` from now on.
+    /// Records that `room` follows the stream `start` from now on; called before the room's
+    /// last position is set to that stream's, so a stream left behind keeps its own.
     fn follow(&mut self, room: &str, start: Pos) {
         match self.start.insert(room.to_owned(), start) {
             Some(old) if old != start => {
-                self.retired.insert(room.to_owned(), old);
+                let seen = self.last(room);
+                self.retired.insert(room.to_owned(), (old, seen));
             }
             _ => {}
         }
@@ -447,10 +451,10 @@ impl Gateway {
             Ok(Some(crate::history::StreamPlace { last, start })) => {
                 let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
-                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
                     if let Some(start) = start {
                         order.follow(room, start);
                     }
+                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
                 }
             }
             Ok(None) => {}
@@ -520,7 +524,9 @@ impl Gateway {
             Place::Followed(last) => (last, None),
             Place::Restart(s) => (None, Some(s)),
             Place::Retired { lost } => {
-                // A late message of the stream followed before: its place is gone.
+                // A late message of the stream followed before: its place is gone. One at or
+                // before the last of it seen here is a copy (its own push's, still on the bus
+                // when the room started over), not a loss.
                 if lost {
                     inner.stats.room_gap(false);
                 }
@@ -537,10 +543,10 @@ impl Gateway {
             order.forget(room);
             return order.fire(room, pos, Delivery::default(), false);
         }
-        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(s) = start {
             order.follow(room, s);
         }
+        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(s) = restart
             && pos > s
         {
@@ -686,5 +692,48 @@ impl Gateway {
                 Remembered::Failed
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(hi: u64, lo: u64) -> Pos {
+        Pos { hi, lo }
+    }
+
+    // r[verify gateway.history.restart+2]
+    /// After the room started over on a new stream, a late copy of a message of the stream it
+    /// followed before that was delivered here (its own push's copy, still on the bus) is
+    /// skipped uncounted; one past what was delivered of that stream here is lost.
+    #[test]
+    fn a_late_copy_of_the_old_streams_delivered_message_is_not_counted_lost() {
+        let members = |_: &str| true;
+        let mut order = RoomOrder::default();
+        let old = p(10, 7);
+        order.follow("r", old);
+        order.set("r", old, members);
+        order.set("r", p(10, 8), members);
+        let new = p(11, 3);
+        assert_eq!(order.place("r", Some(new), new), Place::Restart(new));
+        order.follow("r", new);
+        order.set("r", new, members);
+
+        for copy in [old, p(10, 8)] {
+            assert_eq!(
+                order.place("r", Some(old), copy),
+                Place::Retired { lost: false },
+                "{copy}"
+            );
+        }
+        assert_eq!(
+            order.place("r", Some(old), p(10, 9)),
+            Place::Retired { lost: true }
+        );
+        assert_eq!(
+            order.place("r", Some(new), p(11, 4)),
+            Place::Followed(Some(new))
+        );
     }
 }
