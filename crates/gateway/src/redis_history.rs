@@ -75,8 +75,8 @@ end
 /// the append created the stream else 0, the stream's first id}. When the append creates the
 /// stream (a new room, or one whose stream expired, was flushed or deleted), its id is the
 /// current millisecond and ARGV[6] (random, below 2^52 so Lua's numbers hold it exactly), the id
-/// just below the new one is recorded as dropped, and is the id before it: the history starts there, and
-/// any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
+/// just below the new one is recorded as dropped, and is the id before it: the history starts
+/// there, and any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
 /// identity (see `stream_start` for a record lost while the stream survives). Each entry carries
 /// the start in its field `s` (empty in the first entry). When ARGV[4] names a channel, the JSON
 /// object ARGV[5] is published on it with `pos`, `prev` and `start` added, in this same atomic
