@@ -1253,7 +1253,9 @@ async fn a_late_message_of_the_old_stream_is_skipped_and_counted() {
         room: "lobby".into(),
         text: "late old".into(),
         origin: "x".into(),
-        pos: Some("99999999999999-1".into()),
+        // Just past the last of the old stream seen here: lost, though the new stream's
+        // positions are above it.
+        pos: Some(format!("{}-{}", old.hi, old.lo + 1)),
         prev: Some(old_start.clone()),
         start: Some(old_start),
     };

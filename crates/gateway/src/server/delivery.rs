@@ -118,8 +118,25 @@ impl RoomOrder {
         }
     }
 
-    /// Records that `room` follows the stream `start` from now on; called before the room's
-    /// last position is set to that stream's, so a stream left behind keeps its own.
+    /// Records `room`'s message at `pos`, of the stream `start` (when it names one), as the
+    /// last seen here. A stream other than the one followed is followed from now on, and the
+    /// one left behind is retired with the last position seen of it, read before `pos`
+    /// replaces it.
+    fn advance(
+        &mut self,
+        room: &str,
+        start: Option<Pos>,
+        pos: Pos,
+        has_members: impl Fn(&str) -> bool,
+    ) {
+        if let Some(s) = start {
+            self.follow(room, s);
+        }
+        self.set(room, pos, has_members);
+    }
+
+    /// Records that `room` follows the stream `start` from now on; a stream left behind is
+    /// retired with the last position seen of it (so [`Self::advance`] calls this first).
     fn follow(&mut self, room: &str, start: Pos) {
         match self.start.insert(room.to_owned(), start) {
             Some(old) if old != start => {
@@ -451,10 +468,7 @@ impl Gateway {
             Ok(Some(crate::history::StreamPlace { last, start })) => {
                 let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
-                    if let Some(start) = start {
-                        order.follow(room, start);
-                    }
-                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
+                    order.advance(room, start, last, |r| !inner.registry.members(r).is_empty());
                 }
             }
             Ok(None) => {}
@@ -543,10 +557,7 @@ impl Gateway {
             order.forget(room);
             return order.fire(room, pos, Delivery::default(), false);
         }
-        if let Some(s) = start {
-            order.follow(room, s);
-        }
-        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
+        order.advance(room, start, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(s) = restart
             && pos > s
         {
@@ -712,13 +723,11 @@ mod tests {
         let members = |_: &str| true;
         let mut order = RoomOrder::default();
         let old = p(10, 7);
-        order.follow("r", old);
-        order.set("r", old, members);
-        order.set("r", p(10, 8), members);
+        order.advance("r", Some(old), old, members);
+        order.advance("r", Some(old), p(10, 8), members);
         let new = p(11, 3);
         assert_eq!(order.place("r", Some(new), new), Place::Restart(new));
-        order.follow("r", new);
-        order.set("r", new, members);
+        order.advance("r", Some(new), new, members);
 
         for copy in [old, p(10, 8)] {
             assert_eq!(
