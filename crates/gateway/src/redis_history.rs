@@ -1,7 +1,8 @@
 //! Room history in Redis Streams, shared by every replica of a cluster.
 //!
 //! One stream per room (`{prefix}history:{room}`), its entries `d → text`, its ids the
-//! positions: Redis assigns them, so they are comparable across replicas. Next to it
+//! positions, comparable across replicas: Redis assigns them, except the second part of a new
+//! stream's first id, which the appending replica draws at random. Next to it
 //! `{prefix}history-dropped:{room}` holds the newest id trimmed away (or, when an append created
 //! the stream, the id just below its first entry), which is how a join tells a gap from a quiet
 //! room, and a stream that expired or was flushed from one that never was; and
@@ -76,12 +77,12 @@ end
 /// stream (a new room, or one whose stream expired, was flushed or deleted), its id is the
 /// current millisecond and ARGV[6] (random, below 2^52 so Lua's numbers hold it exactly), the id
 /// just below the new one is recorded as dropped, and is the id before it: the history starts
-/// there, and any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
-/// identity (see `stream_start` for a record lost while the stream survives). Each entry carries
-/// the start in its field `s` (empty in the first entry). When ARGV[4] names a channel, the JSON
-/// object ARGV[5] is published on it with `pos`, `prev` and `start` added, in this same atomic
-/// step, so subscribers receive a room's messages in stream order, each saying which stream it
-/// belongs to (see `gateway.history.restart+2`).
+/// there, and any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's
+/// start, its identity (see `stream_start` for a record lost while the stream survives). Each
+/// entry carries the start in its field `s` (empty in the first entry). When ARGV[4] names a
+/// channel, the JSON object ARGV[5] is published on it with `pos`, `prev` and `start` added, in
+/// this same atomic step, so subscribers receive a room's messages in stream order, each saying
+/// which stream it belongs to (see `gateway.history.restart+2`).
 const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local prev = nil
