@@ -1,7 +1,8 @@
 //! Room history in Redis Streams, shared by every replica of a cluster.
 //!
 //! One stream per room (`{prefix}history:{room}`), its entries `d → text`, its ids the
-//! positions: Redis assigns them, so they are comparable across replicas. Next to it
+//! positions, comparable across replicas: Redis assigns them, except the second part of a new
+//! stream's first id, which the appending replica draws at random. Next to it
 //! `{prefix}history-dropped:{room}` holds the newest id trimmed away (or, when an append created
 //! the stream, the id just below its first entry), which is how a join tells a gap from a quiet
 //! room, and a stream that expired or was flushed from one that never was; and
@@ -73,14 +74,15 @@ end
 
 /// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it, 1 when
 /// the append created the stream else 0, the stream's first id}. When the append creates the
-/// stream (a new room, or one whose stream expired, was flushed or deleted), the id just below
-/// the new one is recorded as dropped, and is the id before it: the history starts there, and
-/// any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
-/// identity (see `stream_start` for a record lost while the stream survives). Each entry carries
-/// the start in its field `s` (empty in the first entry). When ARGV[4] names a channel, the JSON
-/// object ARGV[5] is published on it with `pos`, `prev` and `start` added, in this same atomic
-/// step, so subscribers receive a room's messages in stream order, each saying which stream it
-/// belongs to (see `gateway.history.restart`).
+/// stream (a new room, or one whose stream expired, was flushed or deleted), its id is the
+/// current millisecond and ARGV[6] (random, below 2^52 so Lua's numbers hold it exactly), the id
+/// just below the new one is recorded as dropped, and is the id before it: the history starts
+/// there, and any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's
+/// start, its identity (see `stream_start` for a record lost while the stream survives). Each
+/// entry carries the start in its field `s` (empty in the first entry). When ARGV[4] names a
+/// channel, the JSON object ARGV[5] is published on it with `pos`, `prev` and `start` added, in
+/// this same atomic step, so subscribers receive a room's messages in stream order, each saying
+/// which stream it belongs to (see `gateway.history.restart+2`).
 const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local prev = nil
@@ -92,7 +94,18 @@ if not fresh then
   end
   start = stream_start()
 end
-local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 's', start or '')
+local id
+if fresh then
+  -- The new stream's first id, its identity, takes the random ARGV[6] for its second part: a
+  -- stream created again in the millisecond the one before was created (deleted or flushed
+  -- at once) would otherwise get that one's identity and positions, and its messages would be
+  -- taken for copies of that one's.
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  id = redis.call('XADD', KEYS[1], string.format('%.0f', ms) .. '-' .. ARGV[6], 'd', ARGV[1], 's', '')
+else
+  id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 's', start or '')
+end
 if fresh then
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   local floor
@@ -197,6 +210,9 @@ impl RedisHistory {
         let script = self.append.clone();
         let published = publish.is_some();
         let (channel, message) = publish.unwrap_or_default();
+        // r[impl gateway.history.restart+2]
+        // Used only when this append creates the stream: its identity, unlike any earlier one's.
+        let first_seq = rand::random_range(0..FIRST_SEQ_BOUND);
         let call = self.conn.call(move |mut c| async move {
             script
                 .key(stream)
@@ -207,6 +223,7 @@ impl RedisHistory {
                 .arg(ttl)
                 .arg(channel)
                 .arg(message)
+                .arg(first_seq)
                 .invoke_async::<(String, String, i64, String)>(&mut c)
                 .await
         });
@@ -222,6 +239,10 @@ impl RedisHistory {
         })
     }
 }
+
+/// The bound of a new stream's first id's random second part: Lua's numbers (doubles) hold every
+/// integer below it exactly, which the script's arithmetic on it needs.
+const FIRST_SEQ_BOUND: u64 = 1 << 52;
 
 fn ttl_ms(config: &HistoryConfig) -> u64 {
     u64::try_from(config.ttl.as_millis())

@@ -38,9 +38,10 @@ pub(crate) struct RoomOrder {
     /// The identity (first position) of the stream each tracked room's last position is in,
     /// when known: a message of another stream starts the room over.
     start: HashMap<String, Pos>,
-    /// The identity of the stream each room followed before its current one: a late message of
-    /// it is not followed back (it is skipped, counted as lost).
-    retired: HashMap<String, Pos>,
+    /// The identity of the stream each room followed before its current one, with the last
+    /// position of it seen here: a late message of it is not followed back (it is skipped,
+    /// counted as lost when past that position, else a copy of one seen).
+    retired: HashMap<String, (Pos, Option<Pos>)>,
     updates: u32,
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
@@ -48,6 +49,19 @@ pub(crate) struct RoomOrder {
     /// Deliveries of messages pushed here that were delivered before their push could wait for
     /// them (the copy from the bus, or a gap fill, came first), for that push to report.
     early: HashMap<(String, Pos), Delivery>,
+}
+
+/// Where a room message stands to the stream a replica follows for its room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Of the stream followed (or naming none): ordered against the last position seen here, if
+    /// any.
+    Followed(Option<Pos>),
+    /// Of another stream, whose identity this is: the room starts over on it.
+    Restart(Pos),
+    /// A late message of the stream followed before the current one: skipped, and counted as
+    /// lost when `lost`.
+    Retired { lost: bool },
 }
 
 /// Early deliveries kept at most: one whose push never asks (its append answered an error
@@ -82,11 +96,52 @@ impl RoomOrder {
         self.start.get(room).copied()
     }
 
-    /// Records that `room` follows the stream `start` from now on.
+    /// Where `room`'s message at `pos`, of the stream `start` (when it names one), stands to
+    /// what is followed here.
+    fn place(&self, room: &str, start: Option<Pos>, pos: Pos) -> Place {
+        let last = self.last(room);
+        let Some(s) = start else {
+            return Place::Followed(last);
+        };
+        match self.start(room) {
+            Some(known) if known == s => Place::Followed(last),
+            Some(_) if let Some((_, seen)) = self.retired.get(room).filter(|(r, _)| *r == s) => {
+                Place::Retired {
+                    lost: !seen.is_some_and(|l| pos <= l),
+                }
+            }
+            Some(_) => Place::Restart(s),
+            // Followed from before streams were named (or from no stream at all: a join with
+            // none): one that began after the last seen is a new one.
+            None if last.is_some_and(|l| s > l) => Place::Restart(s),
+            None => Place::Followed(last),
+        }
+    }
+
+    /// Records `room`'s message at `pos`, of the stream `start` (when it names one), as the
+    /// last seen here. A stream other than the one followed is followed from now on, and the
+    /// one left behind is retired with the last position seen of it, read before `pos`
+    /// replaces it.
+    fn advance(
+        &mut self,
+        room: &str,
+        start: Option<Pos>,
+        pos: Pos,
+        has_members: impl Fn(&str) -> bool,
+    ) {
+        if let Some(s) = start {
+            self.follow(room, s);
+        }
+        self.set(room, pos, has_members);
+    }
+
+    /// Records that `room` follows the stream `start` from now on; a stream left behind is
+    /// retired with the last position seen of it (so [`Self::advance`] calls this first).
     fn follow(&mut self, room: &str, start: Pos) {
         match self.start.insert(room.to_owned(), start) {
             Some(old) if old != start => {
-                self.retired.insert(room.to_owned(), old);
+                let seen = self.last(room);
+                self.retired.insert(room.to_owned(), (old, seen));
             }
             _ => {}
         }
@@ -413,10 +468,7 @@ impl Gateway {
             Ok(Some(crate::history::StreamPlace { last, start })) => {
                 let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
-                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
-                    if let Some(start) = start {
-                        order.follow(room, start);
-                    }
+                    order.advance(room, start, last, |r| !inner.registry.members(r).is_empty());
                 }
             }
             Ok(None) => {}
@@ -478,33 +530,23 @@ impl Gateway {
     ) -> Delivery {
         let Seen { pos, prev, start } = seen;
         let inner = &self.inner;
-        // r[impl gateway.history.restart]
+        // r[impl gateway.history.restart+2]
         // Each message names its stream (the stream's first position): one of a stream other
         // than the one followed here starts the room over, whatever the positions say, and what
         // that stream holds before it is delivered first.
-        let mut last = order.last(room);
-        let mut restart = None;
-        if let Some(s) = start {
-            match order.start(room) {
-                Some(known) if known == s => {}
-                Some(_) if order.retired.get(room) == Some(&s) => {
-                    // A late message of the stream followed before: its place is gone.
+        let (last, restart) = match order.place(room, start, pos) {
+            Place::Followed(last) => (last, None),
+            Place::Restart(s) => (None, Some(s)),
+            Place::Retired { lost } => {
+                // A late message of the stream followed before: its place is gone. One at or
+                // before the last of it seen here is a copy (its own push's, still on the bus
+                // when the room started over), not a loss.
+                if lost {
                     inner.stats.room_gap(false);
-                    return order.fire(room, pos, Delivery::default(), false);
                 }
-                Some(_) => {
-                    last = None;
-                    restart = Some(s);
-                }
-                // Followed from before streams were named (or from no stream at all: a join
-                // with none): one that began after the last seen is a new one.
-                None if last.is_some_and(|l| s > l) => {
-                    last = None;
-                    restart = Some(s);
-                }
-                None => {}
+                return order.fire(room, pos, Delivery::default(), false);
             }
-        }
+        };
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
@@ -515,10 +557,7 @@ impl Gateway {
             order.forget(room);
             return order.fire(room, pos, Delivery::default(), false);
         }
-        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
-        if let Some(s) = start {
-            order.follow(room, s);
-        }
+        order.advance(room, start, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(s) = restart
             && pos > s
         {
@@ -664,5 +703,46 @@ impl Gateway {
                 Remembered::Failed
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(hi: u64, lo: u64) -> Pos {
+        Pos { hi, lo }
+    }
+
+    // r[verify gateway.history.restart+2]
+    /// After the room started over on a new stream, a late copy of a message of the stream it
+    /// followed before that was delivered here (its own push's copy, still on the bus) is
+    /// skipped uncounted; one past what was delivered of that stream here is lost.
+    #[test]
+    fn a_late_copy_of_the_old_streams_delivered_message_is_not_counted_lost() {
+        let members = |_: &str| true;
+        let mut order = RoomOrder::default();
+        let old = p(10, 7);
+        order.advance("r", Some(old), old, members);
+        order.advance("r", Some(old), p(10, 8), members);
+        let new = p(11, 3);
+        assert_eq!(order.place("r", Some(new), new), Place::Restart(new));
+        order.advance("r", Some(new), new, members);
+
+        for copy in [old, p(10, 8)] {
+            assert_eq!(
+                order.place("r", Some(old), copy),
+                Place::Retired { lost: false },
+                "{copy}"
+            );
+        }
+        assert_eq!(
+            order.place("r", Some(old), p(10, 9)),
+            Place::Retired { lost: true }
+        );
+        assert_eq!(
+            order.place("r", Some(new), p(11, 4)),
+            Place::Followed(Some(new))
+        );
     }
 }
