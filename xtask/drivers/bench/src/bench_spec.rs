@@ -86,6 +86,11 @@
 //! spec-report 0.17 / 1.49 / 3.97 s wall, 0.13 / 1.46 / 3.94 s CPU; spec-check 0.21 / 1.11 /
 //! 3.37 s; `trace --all` 0.12 / 1.17 / 3.47 s (30×/10× 2.66, 3.02, 2.95: linear).
 //!
+//! On an otherwise idle machine (this command alone, load 1.2 → 1.4) at d99e01f, wall at 1× /
+//! 10× / 30×: spec-check 0.05 / 0.49 / 1.52 s, `trace --all` 0.05 / 0.45 / 1.37 s, spec-report
+//! 0.06 / 0.59 / 1.76 s (30×/10× 3.09, 3.01, 3.01: linear; the target met by each); CPU 0.87,
+//! 0.81 and 1.03 s at 10×, so the pool's second core is what keeps spec-report under the second.
+//!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
 //! cache, a sixth without the cache parses on one thread (`RAYON_NUM_THREADS=1`) instead of the
