@@ -42,7 +42,7 @@ use crate::stats::{
 };
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, server_transport_config};
 use crate::udp_io::{
-    FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, after_send, framed_capacity, segments,
+    FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
 };
 use crate::wire::{FlowId, decode_datagram};
 
@@ -1551,11 +1551,7 @@ impl Relay {
         let Some(socket) = state.flows.get(&flow).map(|f| f.socket.clone()) else {
             return;
         };
-        let sent = send_to_target(&socket, &gathered, &state.reporter).await;
-        // r[impl forward.target.yield]
-        // The OS thread's yield, not the task's: the target is another process.
-        after_send(gathered.contents.len(), std::thread::yield_now);
-        if sent == Sent::FlowEnded {
+        if send_to_target(&socket, &gathered, &state.reporter).await == Sent::FlowEnded {
             // The flow's socket is unusable: end that flow only; the next datagram of the same
             // peer opens a fresh one.
             if let Some(flow) = state.flows.remove(&flow) {

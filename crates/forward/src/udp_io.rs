@@ -211,28 +211,6 @@ pub(crate) fn framed_capacity(meta: &[RecvMeta], header: usize) -> usize {
         .sum()
 }
 
-/// A send towards a target of at least this many bytes is followed by a yield of the relay's
-/// thread ([`after_send`]): a run of equal-sized datagrams this large is a burst (14 datagrams
-/// of 1,162 bytes; a run of small datagrams, at most 64 of them, stays below it), and a few of
-/// them fill a receive buffer of the kernel's default size (208 KiB: 92 datagrams of 1,162
-/// bytes as the kernel charges them).
-pub(crate) const YIELD_AFTER: usize = 16 << 10;
-
-/// Lets a local receiver keep up with a relay's bursts. On loopback a send lands in the
-/// receiver's queue at once, and a receiver woken on the relay's CPU runs only when the relay
-/// gives it up: a relay draining a backlog (up to [`DRAIN`](crate::ready::DRAIN) datagrams a
-/// wakeup) would overflow a receive queue of the kernel's default size before the receiver
-/// read any of it. Calls `yield_now` (the OS thread's yield, [`std::thread::yield_now`]) after
-/// a send of `bytes` when it is [`YIELD_AFTER`] or more; returns whether it did.
-// r[impl forward.target.yield]
-pub(crate) fn after_send(bytes: usize, yield_now: impl FnOnce()) -> bool {
-    if bytes < YIELD_AFTER {
-        return false;
-    }
-    yield_now();
-    true
-}
-
 /// Datagrams of one size to one destination, gathered so they leave in one send.
 // r[impl forward.batch]
 #[derive(Debug, Default)]
@@ -735,20 +713,6 @@ pub(crate) mod tests {
         if rmem_max > default {
             assert!(FLOW_BUFFER.min(rmem_max) > default, "{default}");
         }
-    }
-
-    // r[verify forward.target.yield]
-    #[test]
-    fn a_relay_gives_up_its_cpu_after_a_burst_and_not_after_a_small_send() {
-        let mut yields = 0;
-        // A run of 30 datagrams of 1,162 bytes, and the smallest send that counts as a burst.
-        assert!(after_send(30 * 1162, || yields += 1));
-        assert!(after_send(YIELD_AFTER, || yields += 1));
-        assert_eq!(yields, 2);
-        // A full run of 64-byte datagrams, and a lone large datagram, are no burst.
-        assert!(!after_send(64 * 64, || yields += 1));
-        assert!(!after_send(YIELD_AFTER - 1, || yields += 1));
-        assert_eq!(yields, 2);
     }
 
     // r[verify forward.batch]
