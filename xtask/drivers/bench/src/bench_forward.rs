@@ -590,7 +590,8 @@ mod tests {
             mbit_per_sec,
             lost,
             total: 100_000,
-            rcvbuf_errors: Some(lost),
+            // Another figure than `lost`, so that a summary showing one for the other is seen.
+            rcvbuf_errors: Some(lost / 2 + 1),
         };
         iperf::report(
             &[
