@@ -299,6 +299,37 @@ struct Shared {
 }
 
 impl Shared {
+    /// The state every connection of a server started with `config` shares.
+    fn new(config: &ServerConfig) -> Self {
+        let (access, _) = watch::channel(Arc::new(Granted::new(&config.access())));
+        Shared {
+            access,
+            access_counters: AccessCounters::default(),
+            max_forwards: config.max_forwards,
+            max_flows: config.max_flows,
+            flow_idle: config.flow_idle,
+            auth_timeout: config.auth_timeout,
+            report_interval: config.report_interval,
+            listing: Mutex::new(BTreeMap::new()),
+            unattributed: Counters::default(),
+            next_connection: AtomicU64::new(1),
+            flow_pool: FlowPool::new(config.max_flow_sockets),
+            reply_buffers: ReplyBuffers::new(REPLY_BATCH * MAX_DATAGRAM),
+            flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
+            admission: Mutex::new(Admission::new(AdmissionLimits {
+                max_unauthenticated: config.max_unauthenticated,
+                max_per_source: config.max_unauthenticated_per_source,
+                validate_above: config.validate_addresses_above,
+            })),
+            pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
+            sessions: Mutex::new(Sessions::new(
+                config.max_authenticated,
+                config.max_per_credential,
+            )),
+            connections: ConnectionCounters::default(),
+        }
+    }
+
     /// The credentials and allow-lists now (one read, then no lock is held).
     fn access(&self) -> Arc<Granted> {
         self.access.borrow().clone()
@@ -480,33 +511,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             addr: config.listen,
             source,
         })?;
-    let (access, _) = watch::channel(Arc::new(Granted::new(&config.access())));
-    let shared = Arc::new(Shared {
-        access,
-        access_counters: AccessCounters::default(),
-        max_forwards: config.max_forwards,
-        max_flows: config.max_flows,
-        flow_idle: config.flow_idle,
-        auth_timeout: config.auth_timeout,
-        report_interval: config.report_interval,
-        listing: Mutex::new(BTreeMap::new()),
-        unattributed: Counters::default(),
-        next_connection: AtomicU64::new(1),
-        flow_pool: FlowPool::new(config.max_flow_sockets),
-        reply_buffers: ReplyBuffers::new(REPLY_BATCH * MAX_DATAGRAM),
-        flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
-        admission: Mutex::new(Admission::new(AdmissionLimits {
-            max_unauthenticated: config.max_unauthenticated,
-            max_per_source: config.max_unauthenticated_per_source,
-            validate_above: config.validate_addresses_above,
-        })),
-        pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
-        sessions: Mutex::new(Sessions::new(
-            config.max_authenticated,
-            config.max_per_credential,
-        )),
-        connections: ConnectionCounters::default(),
-    });
+    let shared = Arc::new(Shared::new(&config));
     let (shutdown, shutdown_rx) = watch::channel(None);
     let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
     tracing::info!(listen = %config.listen, %fingerprint, "forward: listening");
