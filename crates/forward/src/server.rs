@@ -296,9 +296,47 @@ struct Shared {
     pacer: Mutex<AuthPacer>,
     /// Who was let in, who was not, and why.
     connections: ConnectionCounters,
+    /// Lets the threads waiting for the relay's CPU run (a local target's among them): the OS
+    /// thread's yield, [`std::thread::yield_now`]; a test counts the calls instead.
+    // r[impl forward.target.local]
+    give_way: Box<dyn Fn() + Send + Sync>,
 }
 
 impl Shared {
+    /// The state every connection of a server started with `config` shares.
+    fn new(config: &ServerConfig) -> Self {
+        let (access, _) = watch::channel(Arc::new(Granted::new(&config.access())));
+        Shared {
+            access,
+            access_counters: AccessCounters::default(),
+            max_forwards: config.max_forwards,
+            max_flows: config.max_flows,
+            flow_idle: config.flow_idle,
+            auth_timeout: config.auth_timeout,
+            report_interval: config.report_interval,
+            listing: Mutex::new(BTreeMap::new()),
+            unattributed: Counters::default(),
+            next_connection: AtomicU64::new(1),
+            flow_pool: FlowPool::new(config.max_flow_sockets),
+            reply_buffers: ReplyBuffers::new(REPLY_BATCH * MAX_DATAGRAM),
+            flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
+            admission: Mutex::new(Admission::new(AdmissionLimits {
+                max_unauthenticated: config.max_unauthenticated,
+                max_per_source: config.max_unauthenticated_per_source,
+                validate_above: config.validate_addresses_above,
+            })),
+            pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
+            sessions: Mutex::new(Sessions::new(
+                config.max_authenticated,
+                config.max_per_credential,
+            )),
+            connections: ConnectionCounters::default(),
+            // The OS thread's yield, not the task's: a local target is another process or
+            // thread, which tokio's yield would not let run.
+            give_way: Box::new(std::thread::yield_now),
+        }
+    }
+
     /// The credentials and allow-lists now (one read, then no lock is held).
     fn access(&self) -> Arc<Granted> {
         self.access.borrow().clone()
@@ -480,33 +518,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             addr: config.listen,
             source,
         })?;
-    let (access, _) = watch::channel(Arc::new(Granted::new(&config.access())));
-    let shared = Arc::new(Shared {
-        access,
-        access_counters: AccessCounters::default(),
-        max_forwards: config.max_forwards,
-        max_flows: config.max_flows,
-        flow_idle: config.flow_idle,
-        auth_timeout: config.auth_timeout,
-        report_interval: config.report_interval,
-        listing: Mutex::new(BTreeMap::new()),
-        unattributed: Counters::default(),
-        next_connection: AtomicU64::new(1),
-        flow_pool: FlowPool::new(config.max_flow_sockets),
-        reply_buffers: ReplyBuffers::new(REPLY_BATCH * MAX_DATAGRAM),
-        flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
-        admission: Mutex::new(Admission::new(AdmissionLimits {
-            max_unauthenticated: config.max_unauthenticated,
-            max_per_source: config.max_unauthenticated_per_source,
-            validate_above: config.validate_addresses_above,
-        })),
-        pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
-        sessions: Mutex::new(Sessions::new(
-            config.max_authenticated,
-            config.max_per_credential,
-        )),
-        connections: ConnectionCounters::default(),
-    });
+    let shared = Arc::new(Shared::new(&config));
     let (shutdown, shutdown_rx) = watch::channel(None);
     let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
     tracing::info!(listen = %config.listen, %fingerprint, "forward: listening");
@@ -782,6 +794,8 @@ async fn accept_loop(
 
 struct Flow {
     socket: Arc<UdpIo>,
+    /// Whether its target is on the node's own machine ([`FlowSocket::local`]).
+    local: bool,
     activity: Arc<Activity>,
     replies: JoinHandle<()>,
     /// Its place among the node's flow sockets, given back when the flow is dropped.
@@ -1496,7 +1510,7 @@ impl Relay {
                     return;
                 };
                 match open_flow(state.target).await {
-                    Ok(socket) => {
+                    Ok(FlowSocket { io: socket, local }) => {
                         let activity = Arc::new(Activity::new(now));
                         let replies = tokio::spawn(relay_replies(
                             socket.clone(),
@@ -1510,6 +1524,7 @@ impl Relay {
                             id.flow,
                             Flow {
                                 socket: socket.clone(),
+                                local,
                                 activity,
                                 replies,
                                 _permit: permit,
@@ -1548,10 +1563,19 @@ impl Relay {
         let Some(state) = self.forwards.get_mut(&forward) else {
             return;
         };
-        let Some(socket) = state.flows.get(&flow).map(|f| f.socket.clone()) else {
+        let Some((socket, local)) = state.flows.get(&flow).map(|f| (f.socket.clone(), f.local))
+        else {
             return;
         };
-        if send_to_target(&socket, &gathered, &state.reporter).await == Sent::FlowEnded {
+        let sent = send_to_target(&socket, &gathered, &state.reporter).await;
+        // r[impl forward.target.local]
+        // A local target woken on this CPU reads only once the relay gives the CPU up: after a
+        // burst it does, before it sends more (the rest of a drained backlog waits meanwhile).
+        // A send that ended the flow delivered nothing: no burst to read.
+        if sent != Sent::FlowEnded && gives_way(local, gathered.contents.len()) {
+            (self.shared.give_way)();
+        }
+        if sent == Sent::FlowEnded {
             // The flow's socket is unusable: end that flow only; the next datagram of the same
             // peer opens a fresh one.
             if let Some(flow) = state.flows.remove(&flow) {
@@ -1623,17 +1647,58 @@ fn target_send_failed(err: &RelayError, lost: usize, reporter: &Reporter) -> Sen
     }
 }
 
+/// A flow's socket, connected to its target.
+struct FlowSocket {
+    io: Arc<UdpIo>,
+    /// Whether the target is on the node's own machine ([`on_this_machine`]), decided once when
+    /// the socket is opened.
+    local: bool,
+}
+
 /// A UDP socket connected to `target`, so the kernel filters replies to that target and reports
 /// its ICMP errors on this socket.
-async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
-    let local: SocketAddr = if target.is_ipv4() {
+async fn open_flow(target: SocketAddr) -> std::io::Result<FlowSocket> {
+    let any: SocketAddr = if target.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
         (Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let socket = UdpSocket::bind(local).await?;
+    let socket = UdpSocket::bind(any).await?;
     socket.connect(target).await?;
-    Ok(Arc::new(UdpIo::new(socket, FLOW_BUFFER)?))
+    // r[impl forward.target.local]
+    // Connected, the socket has the source address the kernel picked for the target. An address
+    // it cannot tell (never seen on a connected socket) is taken as remote: no yield.
+    let local = socket
+        .local_addr()
+        .is_ok_and(|source| on_this_machine(target, source));
+    Ok(FlowSocket {
+        io: Arc::new(UdpIo::new(socket, FLOW_BUFFER)?),
+        local,
+    })
+}
+
+/// Whether `target` is on the node's own machine, given `source`, the address a socket connected
+/// to it sends from: a loopback (or the unspecified) address, which the kernel delivers to the
+/// host itself, or one of the host's own addresses, which the kernel sends to from that very
+/// address.
+// r[impl forward.target.local]
+fn on_this_machine(target: SocketAddr, source: SocketAddr) -> bool {
+    let target = target.ip().to_canonical();
+    target.is_loopback() || target.is_unspecified() || target == source.ip().to_canonical()
+}
+
+/// A send of at least this many bytes towards a local target is followed by a yield of the
+/// relay's thread ([`gives_way`]): 15 datagrams of 1,162 bytes (a full run of 64-byte datagrams,
+/// 64 of them in one send, stays below it), and a few such sends fill a receive buffer of the
+/// kernel's default size (208 KiB: about 90 datagrams of 1,162 bytes as the kernel charges them).
+const BURST: usize = 16 << 10;
+
+/// Whether the relay gives its CPU up after sending `sent` bytes at once to a flow's target,
+/// `local` when that target is on the node's own machine: after a burst ([`BURST`]) towards a
+/// local target only (towards a remote one a yield is pure cost).
+// r[impl forward.target.local]
+fn gives_way(local: bool, sent: usize) -> bool {
+    local && sent >= BURST
 }
 
 /// Counts and reports an error of receiving on a flow's socket; whether receiving on it goes
@@ -1818,7 +1883,7 @@ mod tests {
         let closed = std::net::UdpSocket::bind("127.0.0.1:0")
             .and_then(|s| s.local_addr())
             .expect("free port");
-        let socket = open_flow(closed).await.expect("flow socket");
+        let socket = open_flow(closed).await.expect("flow socket").io;
         let (reporter, stats, reported) = counting_reporter();
         // Nothing receives on this socket, so the ICMP port-unreachable of one send surfaces as
         // ECONNREFUSED on a later send.
@@ -1888,6 +1953,244 @@ mod tests {
         );
         assert_eq!(snapshot.dropped.error, 1, "the one the refusal cost");
         assert_eq!(snapshot.transient_errors, 1);
+    }
+
+    fn at(addr: &str) -> SocketAddr {
+        addr.parse().expect("address")
+    }
+
+    // r[verify forward.target.local]
+    #[test]
+    fn a_target_is_local_at_a_loopback_address_or_at_the_address_its_socket_sends_from() {
+        let local = [
+            // Loopback, whatever the source.
+            ("127.0.0.1:5001", "127.0.0.1:40000"),
+            ("127.0.0.53:53", "127.0.0.1:40000"),
+            ("[::1]:5001", "[::1]:40000"),
+            ("[::ffff:127.0.0.1]:5001", "[::ffff:127.0.0.1]:40000"),
+            // The unspecified address, which the kernel delivers to the host itself.
+            ("0.0.0.0:5001", "127.0.0.1:40000"),
+            ("[::]:5001", "[::1]:40000"),
+            // An address of the host's own that is not loopback: the kernel sends from it.
+            ("192.0.2.7:5001", "192.0.2.7:40000"),
+            ("[2001:db8::7]:5001", "[2001:db8::7]:40000"),
+            ("[::ffff:192.0.2.7]:5001", "[::ffff:192.0.2.7]:40000"),
+            // A link-local address of the host's own, scope and all.
+            ("[fe80::7%2]:5001", "[fe80::7%2]:40000"),
+        ];
+        for (target, source) in local {
+            assert!(
+                on_this_machine(at(target), at(source)),
+                "{target} from {source}"
+            );
+        }
+        let remote = [
+            ("198.51.100.1:5001", "192.0.2.7:40000"),
+            ("[2001:db8::1]:5001", "[2001:db8::7]:40000"),
+            ("[::ffff:198.51.100.1]:5001", "[::ffff:192.0.2.7]:40000"),
+            // The same port is no match: only the address tells.
+            ("198.51.100.1:40000", "192.0.2.7:40000"),
+            // A neighbour on the same link.
+            ("[fe80::1%2]:5001", "[fe80::7%2]:40000"),
+        ];
+        for (target, source) in remote {
+            assert!(
+                !on_this_machine(at(target), at(source)),
+                "{target} from {source}"
+            );
+        }
+    }
+
+    // r[verify forward.target.local]
+    #[test]
+    fn the_relay_gives_way_after_a_burst_to_a_local_target_only() {
+        // 15 and 14 datagrams of 1,162 bytes: a burst, and a run just short of one.
+        assert!(gives_way(true, 15 * 1162));
+        assert!(!gives_way(true, 14 * 1162));
+        assert!(!gives_way(false, 15 * 1162), "a remote target: never");
+        assert!(!gives_way(false, 14 * 1162));
+        // The edge: 16 KiB exactly is a burst, a byte less is not.
+        assert!(gives_way(true, 16 << 10));
+        assert!(!gives_way(true, (16 << 10) - 1));
+        assert!(!gives_way(false, 16 << 10));
+        assert!(!gives_way(false, usize::MAX));
+    }
+
+    /// A relay as the node runs one of its connections (over loopback, from a peer that sends
+    /// nothing), its forward 1 open towards `target`, whose `give_way` counts its calls instead
+    /// of yielding; with the handles that keep the connection open.
+    struct Relayed {
+        relay: Relay,
+        gave_way: Arc<AtomicU64>,
+        stats: Arc<Counters>,
+        _keep: (
+            quinn::Endpoint,
+            quinn::Endpoint,
+            quinn::Connection,
+            mpsc::Receiver<Message>,
+            watch::Sender<Option<Shutdown>>,
+            tempfile::TempDir,
+        ),
+    }
+
+    async fn relay_towards(target: SocketAddr) -> Relayed {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = Identity::load_or_create(dir.path()).expect("identity");
+        let config = ServerConfig::new(at("127.0.0.1:0"), dir.path());
+        let node = endpoint(
+            endpoint_socket(config.listen).expect("socket"),
+            Some(quinn_server_config(&identity, config.idle_timeout).expect("server config")),
+        )
+        .expect("node");
+        let (client_config, _) =
+            crate::client::quinn_client_config(identity.fingerprint(), config.idle_timeout)
+                .expect("client config");
+        let peer =
+            endpoint(endpoint_socket(at("127.0.0.1:0")).expect("socket"), None).expect("peer");
+        let connecting = peer
+            .connect_with(
+                client_config,
+                node.local_addr().expect("addr"),
+                crate::identity::SERVER_NAME,
+            )
+            .expect("connect");
+        let incoming = node.accept().await.expect("incoming");
+        let (conn, theirs) = tokio::join!(incoming, connecting);
+        let (conn, theirs) = (conn.expect("accepted"), theirs.expect("connected"));
+
+        let gave_way = Arc::new(AtomicU64::new(0));
+        let counted = gave_way.clone();
+        let mut shared = Shared::new(&config);
+        shared.give_way = Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let (reporter, stats, _) = counting_reporter();
+        let (writer, written) = mpsc::channel(16);
+        let (stop, shutdown) = watch::channel(None);
+        let forward = ServerForward {
+            target,
+            flows: HashMap::new(),
+            flow_count: Arc::new(AtomicU64::new(0)),
+            reporter: Arc::new(reporter),
+        };
+        let relay = Relay {
+            id: 1,
+            client: conn.remote_address(),
+            conn,
+            shared: Arc::new(shared),
+            writer,
+            shutdown,
+            credential: CredentialDigest::of(b"a-token"),
+            forwards: HashMap::from([(1, forward)]),
+            gather: Gather::default(),
+            gather_max: 1,
+        };
+        Relayed {
+            relay,
+            gave_way,
+            stats,
+            _keep: (node, peer, theirs, written, stop, dir),
+        }
+    }
+
+    /// Relays `count` datagrams of 1,162 bytes of forward 1's flow 1 as one run, then sends
+    /// what the relay gathered.
+    async fn relay_run(relay: &mut Relay, count: usize) {
+        let datagram = crate::wire::encode_datagram(
+            FlowId {
+                forward: 1,
+                flow: 1,
+            },
+            &[7u8; 1162],
+        );
+        let now = Instant::now();
+        for _ in 0..count {
+            relay.datagram(&datagram, now).await;
+        }
+        relay.flush().await;
+    }
+
+    /// Forward 1's flow 1.
+    fn flow(relay: &mut Relay) -> &mut Flow {
+        relay
+            .forwards
+            .get_mut(&1)
+            .and_then(|forward| forward.flows.get_mut(&1))
+            .expect("flow 1 open")
+    }
+
+    // The relay's own sends, to a target on loopback: its burst is followed by a yield, a run
+    // short of one is not, and nothing is towards a flow that is not local. The runs are the
+    // relay's own (no batching of the kernel's or quinn's decides them).
+    // r[verify forward.target.local]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn the_relay_gives_way_after_a_burst_it_sent_a_local_target_and_not_otherwise() {
+        let target = UdpSocket::bind("127.0.0.1:0").await.expect("target");
+        let mut relayed = relay_towards(target.local_addr().expect("addr")).await;
+        let relay = &mut relayed.relay;
+
+        relay_run(relay, 14).await;
+        assert!(flow(relay).local, "a loopback target is local");
+        if flow(relay).socket.max_segments() < 15 {
+            // Without segmentation offload every send is one datagram: no send is a burst.
+            eprintln!(
+                "SKIPPED: this kernel sends no run of 15 datagrams at once (no UDP GSO); the \
+                 relay's bursts cannot be checked here"
+            );
+            return;
+        }
+        assert_eq!(
+            relayed.gave_way.load(Ordering::SeqCst),
+            0,
+            "14 datagrams (16,268 bytes) are no burst"
+        );
+
+        relay_run(relay, 15).await;
+        assert_eq!(
+            relayed.gave_way.load(Ordering::SeqCst),
+            1,
+            "15 datagrams (17,430 bytes) are: the relay gave way after sending them"
+        );
+
+        flow(relay).local = false;
+        relay_run(relay, 15).await;
+        assert_eq!(
+            relayed.gave_way.load(Ordering::SeqCst),
+            1,
+            "towards a target that is not local, never"
+        );
+
+        // Every datagram reached the target, in the three sends the counts were taken after.
+        assert_eq!(relayed.stats.snapshot().to_target_datagrams, 14 + 15 + 15);
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        for n in 0..14 + 15 + 15 {
+            let len = tokio::time::timeout(Duration::from_secs(5), target.recv(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("datagram {n} in time"))
+                .expect("recv");
+            assert_eq!(len, 1162);
+        }
+    }
+
+    // What `open_flow` decides for a real socket: a loopback target is local, one on another
+    // machine is not (towards it the node keeps its CPU).
+    // r[verify forward.target.local]
+    #[tokio::test]
+    async fn a_flow_towards_loopback_is_local_and_one_towards_another_machine_is_not() {
+        let target = UdpSocket::bind("127.0.0.1:0").await.expect("target");
+        let flow = open_flow(target.local_addr().expect("addr"))
+            .await
+            .expect("flow");
+        assert!(flow.local, "a loopback target is local");
+        // TEST-NET-3 is never an address of this machine, and connecting a UDP socket sends
+        // nothing; a machine with no route at all cannot connect towards it.
+        match open_flow(at("203.0.113.1:9")).await {
+            Ok(flow) => assert!(!flow.local, "a target on another machine is not local"),
+            Err(err) => eprintln!(
+                "SKIPPED the remote half: no route towards 203.0.113.1 on this machine ({err})"
+            ),
+        }
     }
 
     // i[verify forward.relay.resilience]
