@@ -298,7 +298,6 @@ struct Shared {
     connections: ConnectionCounters,
     /// Lets the threads waiting for the relay's CPU run (a local target's among them): the OS
     /// thread's yield, [`std::thread::yield_now`]; a test counts the calls instead.
-    // r[impl forward.target.local]
     give_way: Box<dyn Fn() + Send + Sync>,
 }
 
