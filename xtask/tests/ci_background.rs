@@ -1,6 +1,6 @@
 //! `.ci/run`'s background jobs, run by bash with the script's own functions: jobs that end
-//! together are each waited for once at the next step's line, each job's output follows its own
-//! heading, and a job that failed stops the run with its output shown.
+//! together are each shown once at the next step's line, before it, each job's output under its
+//! own heading; a job that failed stops the run there, with every ended job's output shown.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -40,9 +40,10 @@ fn functions(script: &str, names: &[&str]) -> String {
     out
 }
 
-/// Runs `.ci/run`'s job functions (and its EXIT trap) in bash: jobs `first` and `second`
-/// (`second` exiting with `second_exit`) are started, both end, then a step's line comes.
-fn two_jobs_then_a_step(second_exit: u8) -> Output {
+/// Runs `.ci/run`'s job functions in bash, with an EXIT trap as `.ci/run` sets: jobs `first`
+/// and `second` are started, `failing` (if any) exiting with 3, both end, then a step's line
+/// comes, and the step prints what it did.
+fn two_jobs_then_a_step(failing: Option<&str>) -> Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = std::fs::read_to_string(root.join(".ci/run")).expect("read .ci/run");
     let defined = functions(
@@ -58,8 +59,9 @@ fn two_jobs_then_a_step(second_exit: u8) -> Output {
             "tool_wait",
         ],
     );
-    // Both jobs have ended (bash has reaped them) before the next step's line, as a fresh
-    // machine's tool installs can.
+    let exit = |job: &str| if failing == Some(job) { 3 } else { 0 };
+    // `first` waits until `second` has been started (whose start line would show it, had it
+    // ended), then both end before the next step's line, as a fresh machine's tool installs can.
     let run = format!(
         r#"set -euo pipefail
 {defined}
@@ -68,9 +70,10 @@ tool_logs=$(mktemp -d)
 declare -A tool_pids=()
 trap tools_stop EXIT
 alive() {{ [ -n "${{tool_pids[$1]:-}}" ] && kill -0 "${{tool_pids[$1]}}" 2>/dev/null; }}
-# `first` outlives the start of `second` (whose line would wait for it), then both end.
-background first sh -c 'sleep 1; printf "%s-output\n" first'
-background second sh -c 'printf "%s-output\n" second; exit {second_exit}'
+gate="$tool_logs/second-started"
+background first sh -c 'while [ ! -e "$0" ]; do sleep 0.02; done; printf "%s-output\n" first; exit {first}' "$gate"
+background second sh -c 'printf "%s-output\n" second; exit {second}'
+touch "$gate"
 for _ in $(seq 800); do
     alive first || alive second || break
     sleep 0.05
@@ -80,8 +83,10 @@ if alive first || alive second; then
     exit 99
 fi
 step "the next step"
-echo "the run went on; jobs left: ${{#tool_pids[@]}}"
-"#
+echo "the step ran; jobs left: ${{#tool_pids[@]}}"
+"#,
+        first = exit("first"),
+        second = exit("second"),
     );
     Command::new("timeout")
         .args(["60", "bash", "-c", &run])
@@ -97,12 +102,13 @@ fn under<'a>(stdout: &'a str, heading: &str) -> &'a str {
     let after = &stdout[at..];
     let line_end = after.find('\n').map_or(after.len(), |n| n + 1);
     let rest = &after[line_end..];
-    &rest[..rest.find("==> ").unwrap_or(rest.len())]
+    // Each heading's line starts with an empty line of its own.
+    &rest[..rest.find("\n\n==> ").map_or(rest.len(), |n| n + 1)]
 }
 
 #[test]
-fn two_background_jobs_that_ended_together_are_each_waited_for_once_under_their_own_heading() {
-    let output = two_jobs_then_a_step(0);
+fn two_background_jobs_that_ended_together_are_each_shown_once_under_their_own_heading() {
+    let output = two_jobs_then_a_step(None);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -110,48 +116,56 @@ fn two_background_jobs_that_ended_together_are_each_waited_for_once_under_their_
         "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
         output.status
     );
-    assert!(stdout.contains("the run went on; jobs left: 0"), "{stdout}");
     for job in ["first", "second"] {
         let heading = format!("==> {job} (in the background): exit 0");
         assert_eq!(
             stdout.matches(&heading).count(),
             1,
-            "{job} waited for once:\n{stdout}"
+            "{job} shown once:\n{stdout}"
         );
         assert_eq!(
-            under(&stdout, &heading).lines().next(),
-            Some(format!("{job}-output").as_str()),
+            under(&stdout, &heading),
+            format!("{job}-output\n"),
             "{job}'s output, and only its, under its heading:\n{stdout}"
         );
     }
+    // The step's own output follows its own line, after the jobs.
+    assert_eq!(
+        under(&stdout, "==> the next step"),
+        "the step ran; jobs left: 0\n",
+        "{stdout}"
+    );
 }
 
 #[test]
-fn a_background_job_that_failed_stops_the_run_with_both_jobs_output_shown() {
-    let output = two_jobs_then_a_step(3);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stderr.contains("second failed (exit 3)"), "{stderr}");
-    assert!(!stdout.contains("the run went on"), "{stdout}");
-    assert_eq!(
-        under(&stdout, "==> second (in the background): exit 3")
-            .lines()
-            .next(),
-        Some("second-output"),
-        "{stdout}"
-    );
-    // The other job's output is shown too, whichever of the two was waited for first (bash
-    // takes `second` first). The jobs' command lines, on their start's lines, do not hold it.
-    assert_eq!(
-        under(&stdout, "==> first (in the background): exit 0")
-            .lines()
-            .next(),
-        Some("first-output"),
-        "{stdout}"
-    );
+fn a_background_job_that_failed_stops_the_run_with_every_ended_jobs_output_shown() {
+    // Both ways round: bash takes the two names in an order of its own.
+    for (failing, other) in [("first", "second"), ("second", "first")] {
+        let output = two_jobs_then_a_step(Some(failing));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{failing} failing:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{failing} failed (exit 3)")),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("==> the next step"), "{stdout}");
+        assert_eq!(
+            under(
+                &stdout,
+                &format!("==> {failing} (in the background): exit 3")
+            ),
+            format!("{failing}-output\n"),
+            "{stdout}"
+        );
+        assert_eq!(
+            under(&stdout, &format!("==> {other} (in the background): exit 0")),
+            format!("{other}-output\n"),
+            "{failing} failing, {other}'s output shown too:\n{stdout}"
+        );
+    }
 }
