@@ -1566,23 +1566,20 @@ impl Relay {
         else {
             return;
         };
-        let sent = send_to_target(&socket, &gathered, &state.reporter).await;
-        // r[impl forward.target.local]
-        // A local target woken on this CPU reads only once the relay gives the CPU up: after a
-        // burst it does, before it sends more (the rest of a drained backlog waits meanwhile).
-        // A send that ended the flow delivered nothing: no burst to read.
-        if sent != Sent::FlowEnded && gives_way(local, gathered.contents.len()) {
-            (self.shared.give_way)();
-        }
-        if sent == Sent::FlowEnded {
+        if send_to_target(&socket, &gathered, &state.reporter).await == Sent::FlowEnded {
             // The flow's socket is unusable: end that flow only; the next datagram of the same
-            // peer opens a fresh one.
+            // peer opens a fresh one. (Nothing reached its target: no burst to read.)
             if let Some(flow) = state.flows.remove(&flow) {
                 flow.replies.abort();
             }
             state
                 .flow_count
                 .store(state.flows.len() as u64, Ordering::Relaxed);
+        } else if gives_way(local, gathered.contents.len()) {
+            // r[impl forward.target.local]
+            // A local target woken on this CPU reads only once the relay gives the CPU up: after
+            // a burst it does, before it sends more (the rest of a drained backlog waits).
+            (self.shared.give_way)();
         }
     }
 }
