@@ -53,14 +53,21 @@ pub fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// Cargo (`$CARGO`, else `cargo`) for a command that itself runs under `cargo run` (xtask and
-/// its drivers) to build and run benches with: the caller's environment without the variables
-/// cargo set for running that command. A build script that reads one of them (ring's reads
-/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`) is rebuilt whenever its value changes, so with them
-/// passed on, every bench run rebuilt ring and all above it in release, and so did the next plain
-/// `cargo bench` in the same target directory.
+/// its drivers) to build and run benches with, as a plain cargo ([`as_plain_cargo`]).
 // i[impl bench.no-rebuild]
 pub fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    as_plain_cargo(&mut command);
+    command
+}
+
+/// Makes `command` (a cargo, or a test's stand-in for one) run with the caller's environment
+/// without the variables cargo set for running the caller. A build script that reads one of them
+/// (ring's reads `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`) is rebuilt whenever its value changes,
+/// so with them passed on, every bench run rebuilt ring and all above it in release, and so did
+/// the next plain `cargo bench` in the same target directory.
+// i[impl bench.no-rebuild]
+pub fn as_plain_cargo(command: &mut Command) -> &mut Command {
     for (name, _) in std::env::vars_os() {
         if set_for_a_run(&name) {
             command.env_remove(name);
