@@ -112,8 +112,8 @@ fn run_build(mut build: Command, packages: &[&str]) -> anyhow::Result<()> {
 }
 
 /// `cargo build PACKAGES [--release]` in `workspace`, without what `cargo xtask` set for running
-/// xtask (`i[bench.no-rebuild]`).
-// i[impl bench.no-rebuild]
+/// xtask (`i[bench.no-rebuild+2]`).
+// i[impl bench.no-rebuild+2]
 fn build_command(workspace: &Path, packages: &[&str], release: bool) -> Command {
     let mut command = holdfast_harness::root::cargo();
     command.current_dir(workspace).arg("build").args(packages);
@@ -135,7 +135,7 @@ mod tests {
             .collect()
     }
 
-    // i[verify bench.no-rebuild]
+    // i[verify bench.no-rebuild+2]
     #[test]
     fn the_attacker_and_node_are_built_without_what_cargo_set_for_running_xtask() {
         // `cargo test` sets it for this binary, as `cargo xtask` does for xtask.

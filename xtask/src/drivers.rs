@@ -16,8 +16,8 @@ use std::process::{Command, ExitCode};
 /// directory, so that a relative path among ARGS means what the caller meant; the driver finds
 /// the same root (the workspace above its current directory) and prints its banner itself.
 /// Cargo runs without what `cargo xtask` set for running xtask, so the driver's build is the one a
-/// plain cargo would do (`i[bench.no-rebuild]`).
-// i[impl bench.no-rebuild]
+/// plain cargo would do (`i[bench.no-rebuild+2]`).
+// i[impl bench.no-rebuild+2]
 pub fn command(workspace: &Path, package: &str, args: &[OsString]) -> Command {
     let mut command = holdfast_harness::root::cargo();
     command
@@ -72,7 +72,7 @@ mod tests {
         assert_eq!(c.get_current_dir(), None);
     }
 
-    // i[verify bench.no-rebuild]
+    // i[verify bench.no-rebuild+2]
     #[test]
     fn a_driver_is_built_without_what_cargo_set_for_running_xtask() {
         // `cargo test` sets it for this binary, as `cargo xtask` does for xtask.

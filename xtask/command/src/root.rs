@@ -53,8 +53,8 @@ pub fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// Cargo (`$CARGO`, else `cargo`) for a command that itself runs under `cargo run` (xtask and
-/// its drivers) to build and run benches with, as a plain cargo ([`as_plain_cargo`]).
-// i[impl bench.no-rebuild]
+/// its drivers) to build, test and run benches with, as a plain cargo ([`as_plain_cargo`]).
+// i[impl bench.no-rebuild+2]
 pub fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     as_plain_cargo(&mut command);
@@ -63,10 +63,10 @@ pub fn cargo() -> Command {
 
 /// Makes `command` (a cargo, or a test's stand-in for one) run with the caller's environment
 /// without the variables cargo set for running the caller. A build script that reads one of them
-/// (ring's reads `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`) is rebuilt whenever its value changes,
-/// so with them passed on, every bench run rebuilt ring and all above it in release, and so did
-/// the next plain `cargo bench` in the same target directory.
-// i[impl bench.no-rebuild]
+/// (ring's reads `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`) reruns when its value changes, so
+/// passing them on would rebuild it, and all above it, each time a plain cargo and this command
+/// take turns in one target directory.
+// i[impl bench.no-rebuild+2]
 pub fn as_plain_cargo(command: &mut Command) -> &mut Command {
     for (name, _) in std::env::vars_os() {
         if set_for_a_run(&name) {
@@ -79,7 +79,7 @@ pub fn as_plain_cargo(command: &mut Command) -> &mut Command {
 /// Whether `name` is one of the variables cargo sets for a binary it runs (`cargo run`, `cargo
 /// test`), describing that binary's package rather than the build a caller asked for. `CARGO`
 /// itself stays: it is the cargo to run.
-// i[impl bench.no-rebuild]
+// i[impl bench.no-rebuild+2]
 fn set_for_a_run(name: &OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
@@ -105,7 +105,7 @@ pub fn banner(root: &Path) -> String {
 mod tests {
     use super::*;
 
-    // i[verify bench.no-rebuild]
+    // i[verify bench.no-rebuild+2]
     #[test]
     fn cargo_runs_without_what_cargo_set_for_running_this_binary_and_with_everything_else() {
         // `cargo test` runs this binary as `cargo run` runs a driver: with these set.

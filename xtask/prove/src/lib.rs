@@ -613,9 +613,12 @@ fn prove_one(
     }
 }
 
-/// The cargo-mutants command for the rule's mutants, before its `--timeout` and test filter.
+/// The cargo-mutants command for the rule's mutants, before its `--timeout` and test filter. The
+/// cargo it runs gets its environment: without what `cargo xtask` set for running xtask, so its
+/// builds are a plain cargo's (`i[bench.no-rebuild+2]`).
+// i[impl bench.no-rebuild+2]
 fn mutants_command(root: &Path, rule_dir: &Path, plan: &Plan) -> Command {
-    let mut command = Command::new("cargo");
+    let mut command = holdfast_harness::root::cargo();
     // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
     // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
     // have one: cargo-mutants' baseline would then fail before any mutant is tried.
@@ -741,10 +744,13 @@ impl Phase {
 /// The baseline's cargo command for `phase`: cargo-mutants' own for a mutant (`cargo_argv` and
 /// the environment of its `run_cargo`, with `--cap-lints false` as `prove_one` pins it): the same
 /// selection, and the caller's rustflags untouched, so the mutants reuse the baseline's build and
-/// the warm target directory. `--verbose`, which only changes the output, is left out.
+/// the warm target directory. `--verbose`, which only changes the output, is left out. Like the
+/// mutants' cargo, it runs without what `cargo xtask` set for running xtask
+/// (`i[bench.no-rebuild+2]`).
 // i[impl prove.targets]
+// i[impl bench.no-rebuild+2]
 fn baseline_command(root: &Path, rule_dir: &Path, plan: &Plan, phase: Phase) -> Command {
-    let mut command = Command::new("cargo");
+    let mut command = holdfast_harness::root::cargo();
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("NEXTEST") {
             command.env_remove(&name);
@@ -878,6 +884,44 @@ mod tests {
                 "{argv:?}"
             );
             assert_eq!(argv.contains(&plan().test_filter()), test_phase, "{argv:?}");
+        }
+    }
+
+    // i[verify bench.no-rebuild+2]
+    #[test]
+    fn the_baseline_and_the_mutants_build_without_what_cargo_set_for_running_xtask() {
+        // `cargo test` sets these for this binary, as `cargo xtask` does for xtask.
+        let set_for_this_run = ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME"];
+        for name in set_for_this_run {
+            assert!(std::env::var_os(name).is_some(), "{name} set by cargo test");
+        }
+        let (root, rule_dir) = (Path::new("/r"), Path::new("/r/target/prove/a.b"));
+        let removed = |command: &Command| -> Vec<String> {
+            command
+                .get_envs()
+                .filter(|(_, value)| value.is_none())
+                .map(|(name, _)| name.to_string_lossy().into_owned())
+                .collect()
+        };
+        let commands = [
+            ("mutants", mutants_command(root, rule_dir, &plan())),
+            (
+                "build",
+                baseline_command(root, rule_dir, &plan(), Phase::Build),
+            ),
+            (
+                "test",
+                baseline_command(root, rule_dir, &plan(), Phase::Test),
+            ),
+        ];
+        for (what, command) in &commands {
+            let gone = removed(command);
+            for name in set_for_this_run {
+                assert!(
+                    gone.iter().any(|r| r == name),
+                    "{what}: {name} removed: {gone:?}"
+                );
+            }
         }
     }
 

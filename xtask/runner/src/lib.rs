@@ -163,18 +163,14 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
     // The tree the tests are built from, read before the build: the run's evidence record is of it.
     let before = evidence::tree_before(&workspace);
     let tests_started = Instant::now();
-    let nextest = suite::nextest(
-        std::process::Command::new("cargo"),
-        &workspace,
-        &junit,
-        &env,
-        &args.test_args,
-    )?;
+    // `root::cargo()`: the cargo that runs xtask; the suite runs it as a plain cargo
+    // (`i[bench.no-rebuild+2]`).
+    let nextest = suite::nextest(root::cargo(), &workspace, &junit, &env, &args.test_args)?;
     // The interrupt flag is sticky: once set, every later step is skipped.
     let doctests = if process::interrupted() {
         None
     } else {
-        Some(suite::doctests(&workspace, &env)?)
+        Some(suite::doctests(root::cargo(), &workspace, &env)?)
     };
     let tests_took = tests_started.elapsed();
     // The gate judges this run's results against the tree they ran on, so it runs before the
@@ -406,7 +402,7 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
 fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<Outcome> {
     ensure_build_requirements(install, &packages::search_path(), packages::install)?;
     ensure_nextest(install)?;
-    let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
+    let status = suite::build(root::cargo(), workspace, test_args)?;
     if !status.success() {
         bail!("xtask test --no-run: building the tests failed ({status})");
     }

@@ -35,9 +35,11 @@ impl std::ops::Add for Counts {
 }
 
 /// `cargo nextest run --workspace --profile ci <args>` with the services' environment, `cargo`
-/// being `cargo` (a stand-in in tests); its JUnit report lands at `junit`
-/// (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
+/// being [`root::cargo`] (a stand-in in tests), run as a plain cargo ([`root::as_plain_cargo`]);
+/// its JUnit report lands at `junit` (`<target>/nextest/ci/junit.xml`, see
+/// `.config/nextest.toml`).
 // i[impl harness.results+3]
+// i[impl bench.no-rebuild+2]
 pub fn nextest(
     mut cargo: Command,
     workspace: &Path,
@@ -47,7 +49,7 @@ pub fn nextest(
 ) -> anyhow::Result<ExitStatus> {
     // A report left by an earlier run must never be read as this run's.
     let _ = std::fs::remove_file(junit);
-    cargo
+    root::as_plain_cargo(&mut cargo)
         .args(nextest_args(args))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
@@ -98,9 +100,11 @@ pub fn build_args(extra: &[String]) -> Vec<String> {
     args
 }
 
-/// `cargo nextest run --no-run` of the tests [`nextest`] would run with `args`: their build alone.
+/// `cargo nextest run --no-run` of the tests [`nextest`] would run with `args`: their build alone,
+/// `cargo` run as [`nextest`] runs it.
+// i[impl bench.no-rebuild+2]
 pub fn build(mut cargo: Command, workspace: &Path, args: &[String]) -> anyhow::Result<ExitStatus> {
-    cargo
+    root::as_plain_cargo(&mut cargo)
         .args(build_args(args))
         .current_dir(workspace)
         .status()
@@ -121,12 +125,15 @@ pub fn doctest_args() -> Vec<String> {
     args
 }
 
-/// [`doctest_args`] (nextest does not run doctests); returns its status and counts.
+/// [`doctest_args`] (nextest does not run doctests), `cargo` run as [`nextest`] runs it; returns
+/// its status and counts.
+// i[impl bench.no-rebuild+2]
 pub fn doctests(
+    mut cargo: Command,
     workspace: &Path,
     env: &[(String, String)],
 ) -> anyhow::Result<(ExitStatus, Counts)> {
-    let mut child = Command::new("cargo")
+    let mut child = root::as_plain_cargo(&mut cargo)
         .args(doctest_args())
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
@@ -589,6 +596,51 @@ mod tests {
             called.trim(),
             "nextest run --profile ci -p holdfast-retry services=1 old=no"
         );
+    }
+
+    // i[verify bench.no-rebuild+2]
+    #[test]
+    fn the_suite_s_cargo_runs_without_what_cargo_set_for_running_xtask_and_with_everything_else() {
+        // `cargo test` sets these for this binary, as `cargo xtask` does for xtask.
+        let set_for_this_run = ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME"];
+        for name in set_for_this_run {
+            assert!(std::env::var_os(name).is_some(), "{name} set by cargo test");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        // A stand-in cargo that writes its environment (`NAME=value` lines) to `<itself>.env`.
+        let cargo =
+            |name: &str| holdfast_harness::stand_in::script(dir.path(), name, "env > \"$0.env\"\n");
+        let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
+        let built = build(cargo("build"), dir.path(), &[]).expect("ran");
+        assert!(built.success());
+        let ran = nextest(cargo("nextest"), dir.path(), &junit, &env, &[]).expect("ran");
+        assert!(ran.success());
+        let (doc, _) = doctests(cargo("doctests"), dir.path(), &env).expect("ran");
+        assert!(doc.success());
+        let path = std::env::var("PATH").expect("PATH is set");
+        for run in ["build", "nextest", "doctests"] {
+            let seen = std::fs::read_to_string(dir.path().join(format!("{run}.env")))
+                .expect("the stand-in ran");
+            let has = |wanted: &str| seen.lines().any(|line| line == wanted);
+            let names: Vec<&str> = seen
+                .lines()
+                .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+                .collect();
+            for name in set_for_this_run {
+                assert!(!names.contains(&name), "{run}: {name} passed on:\n{seen}");
+            }
+            assert!(
+                !names.iter().any(|name| name.starts_with("CARGO_PKG_")),
+                "{run}: CARGO_PKG_* passed on:\n{seen}"
+            );
+            // What the caller has otherwise reaches cargo as it is.
+            assert!(has(&format!("PATH={path}")), "{run}: PATH:\n{seen}");
+            if run != "build" {
+                let services = format!("{}=1", services::SERVICES_VAR);
+                assert!(has(&services), "{run}: the services' environment:\n{seen}");
+            }
+        }
     }
 
     #[test]

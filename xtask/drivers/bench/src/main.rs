@@ -139,7 +139,7 @@ fn forward_example_build(mut cargo: Command, root: &std::path::Path) -> Command 
 }
 
 /// The cargo the benches are built and run with: the caller's, without what `cargo run` set for
-/// this driver (`i[bench.no-rebuild]`).
+/// this driver (`i[bench.no-rebuild+2]`).
 fn cargo() -> Command {
     holdfast_harness::root::cargo()
 }

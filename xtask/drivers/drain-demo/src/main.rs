@@ -157,8 +157,8 @@ fn progress(line: std::fmt::Arguments<'_>) {
 const NODE_FEATURES: &str = "holdfast-gateway/etcd";
 
 /// `cargo build -p holdfast --bin holdfast --features holdfast-gateway/etcd [--release]` in
-/// `workspace`, without what `cargo run` set for running this demo (`i[bench.no-rebuild]`).
-// i[impl bench.no-rebuild]
+/// `workspace`, without what `cargo run` set for running this demo (`i[bench.no-rebuild+2]`).
+// i[impl bench.no-rebuild+2]
 fn build_node_command(workspace: &Path, release: bool) -> Command {
     let mut command = holdfast_harness::root::cargo();
     command
@@ -557,7 +557,7 @@ async fn run_arm(
 mod tests {
     use super::*;
 
-    // i[verify bench.no-rebuild]
+    // i[verify bench.no-rebuild+2]
     #[test]
     fn the_node_is_built_without_what_cargo_set_for_running_the_demo() {
         // `cargo test` sets it for this binary, as `cargo run` does for the demo.
