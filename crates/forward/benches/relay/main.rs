@@ -4,10 +4,10 @@
 //! the targets) prints a table and writes `target/bench/forward.json` (`HOLDFAST_BENCH_OUT`
 //! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
 //!
-//! Both paths are round trips through an echo, driven the same way from the same process:
-//! everything runs on one runtime of two workers, for both paths. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
+//! Every path is a round trip through an echo, driven the same way from the same process:
+//! everything runs on one runtime of two workers, for every path. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
 //! gives the client's side and the node's side a runtime of one worker each instead, as two
-//! processes would have, for both paths alike: a diagnostic, not the measurement.
+//! processes would have, for every path alike: a diagnostic, not the measurement.
 //! `HOLDFAST_BENCH_PROFILE=1`, `cargo xtask bench forward --profile`, gives the app, the client's
 //! side and the node's side three runtimes of one worker each and counts what each spends per
 //! datagram (`profile.rs`); neither is the measurement either, so a profiled run skips the tail
@@ -17,9 +17,16 @@
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
 //! - forward: a UDP socket (the app) sends to a holdfast forward's local address; the node relays
-//!   to a UDP echo target, whose replies come back through the forward.
+//!   to a UDP echo target, whose replies come back through the forward;
+//! - bare, the floor (`bare.rs`, `i[bench.forward.floor]`): the same app and echo target through
+//!   the least a forward over quinn can do (one flow, no header, no access, no counters) on a
+//!   quinn connection of its own, measured after the forward in the throughput phases and at the
+//!   paced rate, one phase each, in the order raw, forward, bare: what the forward's four extra
+//!   UDP hops cost, told apart from what holdfast's relay adds. Reported, never judged; not set
+//!   up in profile mode, nor measured in the paced diagnostics (`HOLDFAST_BENCH_STAGES`,
+//!   `HOLDFAST_BENCH_PACED_ONLY`); the window sweep includes it.
 //!
-//! The load generator batches on both paths, so what is measured is the path, not the bench:
+//! The load generator batches on every path, so what is measured is the path, not the bench:
 //! - sends go in bursts. Raw: one `send_datagram` per datagram (quinn's own packets carry many)
 //!   from one allocation per burst. Forward: the app sends each burst with GSO, one system call
 //!   per up to 64 datagrams (`batched.rs`).
@@ -28,14 +35,14 @@
 //!   holding one datagram or a run of them), and the echo target returns each buffer with one
 //!   GSO send. One clock read per received batch times every echo in it.
 //!
-//! Throughput is a closed loop with the same bounded window of datagrams in flight on both paths,
+//! Throughput is a closed loop with the same bounded window of datagrams in flight on every path,
 //! at 64 and 1162 payload bytes: the sender fills the window, then waits (without spinning) for
 //! echoes. Each datagram carries a sequence number, and an echo settles every datagram sent
 //! before it — one path, in order, on loopback: one that has not come back by then is lost — so a
 //! loss frees its place in the window at once; a lost tail, with nothing after it to show it, is
 //! given up after 50 ms without an echo (longer than the machine's scheduling stalls, so a
 //! window that is merely late is not sent again on top of itself). Latency is measured
-//! under load: both paths are offered the same paced rate, half of the forward's measured maximum
+//! under load: every path is offered the same paced rate, half of the forward's measured maximum
 //! at 64 bytes, by the same pacer (`pacer.rs`: a thread of its own sleeping to absolute deadlines
 //! every 100 µs and sending the datagrams owed by then, so pacing does not take a core from the
 //! path); every echo's round trip is timed from a send time carried in its payload. Each phase
@@ -52,7 +59,7 @@
 //!
 //! The window. A closed loop's rate is window / round trip, so a window too small to fill the
 //! path would make the throughput figure a latency figure. `HOLDFAST_BENCH_WINDOW_SWEEP=64,128,...`
-//! (a diagnostic: no report written) runs the closed loop alone at each window, both paths and
+//! (a diagnostic: no report written) runs the closed loop alone at each window, every path and
 //! both sizes, with the mean round trip the window implies and the process's CPU time per
 //! echoed datagram. Two sweeps (`HOLDFAST_BENCH_WINDOW_SWEEP=64,128,256,512,1024,2048,4096` on
 //! the bench binary, 2 s phases, on a 2-core machine other builds kept at load average 4.3-5.7
@@ -81,6 +88,7 @@
 // Bench harness code: a broken setup should stop the run loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod bare;
 mod batched;
 mod figures;
 mod pacer;
@@ -108,6 +116,7 @@ use holdfast_forward::transport;
 use holdfast_forward::{AllowList, Credential, ServerConfig};
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 
 /// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
@@ -468,46 +477,42 @@ async fn throughput(path: &Path, size: usize, window: u64, run: Duration) -> Mea
     finish(sent, secs, &echoes, stop, reader).await
 }
 
-/// The closed loop at each of `windows`, both paths, both sizes: each path's rate, the mean round
-/// trip the window implies (window / rate, Little's law), and the process's CPU time per echoed
-/// datagram, which tells a path that costs more from one that only takes longer to come back.
-async fn window_sweep(raw: &Path, forward: &Path, windows: &[u64], run: Duration) {
-    println!(
-        "{:>6} {:>6} {:>12} {:>7} {:>9} {:>8} {:>12} {:>7} {:>9} {:>8} {:>6}",
-        "bytes",
-        "window",
-        "raw/s",
-        "loss",
-        "rtt µs",
-        "cpu µs",
-        "forward/s",
-        "loss",
-        "rtt µs",
-        "cpu µs",
-        "share"
-    );
+/// The closed loop at each of `windows`, every path (raw first), both sizes: each path's rate,
+/// the mean round trip the window implies (window / rate, Little's law), the process's CPU time
+/// per echoed datagram, which tells a path that costs more from one that only takes longer to
+/// come back, and each path's share of raw's rate.
+async fn window_sweep(paths: &[(&str, &Path)], windows: &[u64], run: Duration) {
+    let mut heading = format!("{:>6} {:>6}", "bytes", "window");
+    for (name, _) in paths {
+        heading += &format!(
+            " {:>12} {:>7} {:>9} {:>8} {:>6}",
+            format!("{name}/s"),
+            "loss",
+            "rtt µs",
+            "cpu µs",
+            "share"
+        );
+    }
+    println!("{heading}");
     for size in [64, 1162] {
         for &window in windows {
-            let mut row = Vec::new();
-            for path in [raw, forward] {
+            let mut row = format!("{size:>6} {window:>6}");
+            let mut raw_rate = None;
+            for (_, path) in paths {
                 let u0 = stages::usage();
                 let m = throughput(path, size, window, run).await;
                 let u1 = stages::usage();
                 let rate = m.per_sec();
-                row.push((
-                    rate,
-                    m.loss(),
+                let raw = *raw_rate.get_or_insert(rate);
+                row += &format!(
+                    " {rate:>12.0} {:>6.2}% {:>9.0} {:>8.2} {:>5.0}%",
+                    m.loss() * 100.0,
                     window as f64 / rate.max(1.0) * 1e6,
                     (u1.0 - u0.0) / m.received.max(1) as f64,
-                ));
+                    rate / raw.max(1.0) * 100.0
+                );
             }
-            let [(r, rl, rr, rc), (f, fl, fr, fc)] = [row[0], row[1]];
-            println!(
-                "{size:>6} {window:>6} {r:>12.0} {:>6.2}% {rr:>9.0} {rc:>8.2} {f:>12.0} {:>6.2}% {fr:>9.0} {fc:>8.2} {:>5.0}%",
-                rl * 100.0,
-                fl * 100.0,
-                f / r * 100.0
-            );
+            println!("{row}");
         }
     }
 }
@@ -575,6 +580,24 @@ async fn raw_path(
     node: &Handle,
     client_side: &Handle,
 ) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
+    let (connected, accepted, client) = quinn_pair(dir, node, client_side).await;
+    let echo = node.spawn(async move {
+        while let Ok(d) = accepted.read_datagram().await {
+            stages::at_echo(std::iter::once(&d[..]));
+            let _ = accepted.send_datagram(d);
+        }
+    });
+    (Path::Raw(connected), client, echo)
+}
+
+/// A quinn connection between two endpoints with the forward's own sockets, TLS and transport
+/// settings: the client's end (its drivers on `client_side`), the server's (on `node`), and the
+/// client's endpoint.
+async fn quinn_pair(
+    dir: &std::path::Path,
+    node: &Handle,
+    client_side: &Handle,
+) -> (quinn::Connection, quinn::Connection, quinn::Endpoint) {
     let identity = Identity::load_or_create(dir).expect("identity");
     // The same endpoint sockets (and buffers) as the forward's own endpoints.
     let server = {
@@ -609,18 +632,20 @@ async fn raw_path(
     });
     let connected = connecting.await.expect("connected");
     let accepted = accepting.await.expect("accept task");
-    let echo = node.spawn(async move {
-        while let Ok(d) = accepted.read_datagram().await {
-            stages::at_echo(std::iter::once(&d[..]));
-            let _ = accepted.send_datagram(d);
-        }
-    });
-    (Path::Raw(connected), client, echo)
+    (connected, accepted, client)
+}
+
+/// Ends the floor's relay tasks, if it was set up.
+fn abort_all(bare: &Option<(Path, Vec<JoinHandle<()>>)>) {
+    for task in bare.iter().flat_map(|(_, tasks)| tasks) {
+        task.abort();
+    }
 }
 
 /// One runtime of two workers for everything; with `HOLDFAST_BENCH_SPLIT_RUNTIMES=1`, the
-/// client's side (the app's reader, the holdfast client or the raw quinn client) and the node's
-/// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
+/// client's side (the app's reader, the holdfast client, the raw quinn client, or the bare
+/// relay's client end) and the node's side (the holdfast node and the echo target, the raw quinn
+/// server and its echo, or the bare relay's node end) on a
 /// runtime of one worker each; with `HOLDFAST_BENCH_PROFILE=1`, three runtimes of one worker
 /// each, the app's (the load generator), the client's and the node's, whose threads join their
 /// side for the profile's counts.
@@ -715,7 +740,17 @@ async fn run(node: Handle, client_side: Handle) {
     let local = forwarding.local_addrs()[0];
     let app = Batched::bind(loopback(), Some(local)).expect("app");
     let forward = Path::Forward(Arc::new(app), local);
-    // Let path MTU discovery finish on both connections so 1162-byte payloads fit.
+    // The floor under any forward (`bare.rs`): a bare relay over a quinn connection of its own,
+    // to the same echo target. Not in profile mode: an idle connection's keep-alives would join
+    // the sides' counts.
+    let (bare, _bare_endpoint) = if profile::enabled() {
+        (None, None)
+    } else {
+        let (connected, accepted, endpoint) = quinn_pair(dir.path(), &node, &client_side).await;
+        let relay = bare::path(connected, accepted, echo_addr, &node, &client_side);
+        (Some(relay), Some(endpoint))
+    };
+    // Let path MTU discovery finish on every connection so 1162-byte payloads fit.
     tokio::time::sleep(Duration::from_millis(if quick { 300 } else { 500 })).await;
 
     let mut report = serde_json::Map::new();
@@ -739,10 +774,15 @@ async fn run(node: Handle, client_side: Handle) {
             .expect("pacer thread");
     }
     // Diagnostics: `HOLDFAST_BENCH_WINDOW_SWEEP=64,128,...` runs the closed loop alone at each
-    // window, both paths, both sizes.
+    // window, every path, both sizes.
     if let Ok(windows) = std::env::var("HOLDFAST_BENCH_WINDOW_SWEEP") {
         let windows: Vec<u64> = windows.split(',').filter_map(|w| w.parse().ok()).collect();
-        window_sweep(&raw, &forward, &windows, phases.throughput).await;
+        let mut paths = vec![("raw", &raw), ("forward", &forward)];
+        if let Some((bare, _)) = &bare {
+            paths.push(("bare", bare));
+        }
+        window_sweep(&paths, &windows, phases.throughput).await;
+        abort_all(&bare);
         echo_task.abort();
         raw_echo.abort();
         forwarding.stop().await;
@@ -775,7 +815,20 @@ async fn run(node: Handle, client_side: Handle) {
             throughput(&forward, size, WINDOW, phases.throughput),
         )
         .await;
-        for (name, t) in [("raw", &r), ("forward", &f)] {
+        // The floor, after the forward; a report has all of it or none (`bare` is `None` in
+        // profile mode, and the paced diagnostics leave it out).
+        let b = match &bare {
+            Some((bare, _)) if !stages::enabled() => {
+                Some(throughput(bare, size, WINDOW, phases.throughput).await)
+            }
+            _ => None,
+        };
+        for (name, t) in [
+            ("raw", Some(&r)),
+            ("forward", Some(&f)),
+            ("bare", b.as_ref()),
+        ] {
+            let Some(t) = t else { continue };
             println!(
                 "{name:<10} {size:>6} {:>12.0} {:>10.1} {:>6.2}%",
                 t.per_sec(),
@@ -785,20 +838,31 @@ async fn run(node: Handle, client_side: Handle) {
         }
         let ratio = f.per_sec() / r.per_sec();
         println!("forward/raw at {size} bytes: {:.0}%", ratio * 100.0);
+        if let Some(b) = &b {
+            println!(
+                "bare/raw at {size} bytes: {:.0}%, forward/bare {:.0}%",
+                b.per_sec() / r.per_sec() * 100.0,
+                f.per_sec() / b.per_sec() * 100.0
+            );
+        }
         if size == 64 {
             forward_max_64 = f.per_sec();
         }
-        report.insert(
-            format!("throughput_{size}"),
-            serde_json::json!({
-                "raw": {"datagrams_per_sec": r.per_sec(), "mbit_per_sec": r.mbit(size), "loss": r.loss()},
-                "forward": {"datagrams_per_sec": f.per_sec(), "mbit_per_sec": f.mbit(size), "loss": f.loss()},
-                "forward_over_raw": ratio,
-            }),
-        );
+        let rates = |m: &Measured| serde_json::json!({"datagrams_per_sec": m.per_sec(), "mbit_per_sec": m.mbit(size), "loss": m.loss()});
+        let mut row = serde_json::json!({
+            "raw": rates(&r),
+            "forward": rates(&f),
+            "forward_over_raw": ratio,
+        });
+        if let Some(b) = &b {
+            row["bare"] = rates(b);
+            row["bare_over_raw"] = (b.per_sec() / r.per_sec()).into();
+            row["forward_over_bare"] = (f.per_sec() / b.per_sec()).into();
+        }
+        report.insert(format!("throughput_{size}"), row);
     }
 
-    // Latency under load: the same paced rate on both paths.
+    // Latency under load: the same paced rate on every path.
     let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
     let u0 = stages::usage();
     let t0 = stages::threads();
@@ -847,6 +911,14 @@ async fn run(node: Handle, client_side: Handle) {
             raw_out.0, raw_out.1, raw_out.2, fwd_out.0, fwd_out.1, fwd_out.2
         );
     }
+    // The floor at the same rate, after the forward; not in the diagnostics, which measure the
+    // other two alone.
+    let b = match &bare {
+        Some((bare, _)) if paced_only.is_none() && !stages::enabled() => {
+            Some(paced(bare, 64, rate, phases.latency).await)
+        }
+        _ => None,
+    };
     let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
     let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
     println!(
@@ -862,18 +934,32 @@ async fn run(node: Handle, client_side: Handle) {
         r.loss() * 100.0,
         f.loss() * 100.0
     );
-    report.insert(
-        "latency".into(),
-        serde_json::json!({
-            "rate_datagrams_per_sec": rate,
-            "bytes": 64,
-            "secs": phases.latency.as_secs_f64(),
-            "raw": {"p50_us": r50, "p99_us": r99, "p999_us": r.percentile_us(0.999), "loss": r.loss(), "samples": r.rtts.len()},
-            "forward": {"p50_us": f50, "p99_us": f99, "p999_us": f.percentile_us(0.999), "loss": f.loss(), "samples": f.rtts.len()},
-            // The difference of the two paths' percentiles, not a percentile of added latency.
-            "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
-        }),
-    );
+    let tail = |m: &Measured| serde_json::json!({"p50_us": m.percentile_us(0.5), "p99_us": m.percentile_us(0.99), "p999_us": m.percentile_us(0.999), "loss": m.loss(), "samples": m.rtts.len()});
+    let mut latency = serde_json::json!({
+        "rate_datagrams_per_sec": rate,
+        "bytes": 64,
+        "secs": phases.latency.as_secs_f64(),
+        "raw": tail(&r),
+        "forward": tail(&f),
+        // The difference of the two paths' percentiles, not a percentile of added latency.
+        "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
+    });
+    if let Some(b) = &b {
+        let (b50, b99) = (b.percentile_us(0.5), b.percentile_us(0.99));
+        println!(
+            "the floor (a bare relay) at the same rate, p50/p99: {b50:.0}/{b99:.0} µs, minus raw {:.0}/{:.0} µs, forward minus it {:.0}/{:.0} µs; loss {:.2}%",
+            b50 - r50,
+            b99 - r99,
+            f50 - b50,
+            f99 - b99,
+            b.loss() * 100.0
+        );
+        latency["bare"] = tail(b);
+        latency["bare_minus_raw"] = serde_json::json!({"p50_us": b50 - r50, "p99_us": b99 - r99});
+        latency["forward_minus_bare"] =
+            serde_json::json!({"p50_us": f50 - b50, "p99_us": f99 - b99});
+    }
+    report.insert("latency".into(), latency);
 
     if let Some(profiles) = &profiles {
         profile::header();
@@ -956,6 +1042,7 @@ async fn run(node: Handle, client_side: Handle) {
 
     echo_task.abort();
     raw_echo.abort();
+    abort_all(&bare);
     forwarding.stop().await;
     node.spawn(async move {
         server

@@ -1,5 +1,6 @@
 //! `cargo xtask bench forward [--quick] [--iperf] [--profile]` — runs holdfast-forward's relay bench (raw
-//! quinn, then the same load through a forward to a UDP echo target, in one run), with `--iperf`
+//! quinn, then the same load through a forward to a UDP echo target and through a bare relay, the
+//! floor under any forward, in one run), with `--iperf`
 //! also a real client's load through a forward (`iperf`), and writes `target/bench/forward.json`
 //! with the targets and whether this run met them. With `--profile` it writes
 //! `target/bench/forward-profile.json` instead, judging no target.
@@ -161,6 +162,7 @@ const IPERF_TARGET: &str = "iperf_loss_forward_at_1000_mbit";
 /// The table and the verdicts, as printed.
 // i[impl bench.forward+4]
 // i[impl bench.forward.tail]
+// i[impl bench.forward.floor]
 pub fn summary(report: &Value) -> String {
     use std::fmt::Write as _;
     let m = &report["measured"];
@@ -179,8 +181,12 @@ pub fn summary(report: &Value) -> String {
     );
     for size in ["64", "1162"] {
         let t = &m[format!("throughput_{size}")];
-        for path in ["raw", "forward"] {
+        for path in ["raw", "forward", "bare"] {
             let p = &t[path];
+            // Reports from before the floor, and profiled ones, have no `bare`.
+            if path == "bare" && p.is_null() {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {path:<8} {size:>6} {:>12.0} {:>9.1} {:>6.2}%",
@@ -202,6 +208,19 @@ pub fn summary(report: &Value) -> String {
         f(&l["forward_minus_raw"]["p50_us"]),
         f(&l["forward_minus_raw"]["p99_us"]),
     );
+    if l["bare"].is_object() {
+        let share = |size: &str, of: &str| f(&m[format!("throughput_{size}")][of]) * 100.0;
+        let _ = writeln!(
+            out,
+            "  the floor (bare: a relay doing the least a forward can; one phase each, after the forward's): {:.0}% of raw at 64 bytes, {:.0}% at 1162; the forward {:.0}% and {:.0}% of it; p99 bare minus raw {:.0} µs, forward minus bare {:.0} µs",
+            share("64", "bare_over_raw"),
+            share("1162", "bare_over_raw"),
+            share("64", "forward_over_bare"),
+            share("1162", "forward_over_bare"),
+            f(&l["bare_minus_raw"]["p99_us"]),
+            f(&l["forward_minus_bare"]["p99_us"]),
+        );
+    }
     if let Some(rates) = m["latency_tail"]["rates"].as_array() {
         let runs = m["latency_tail"]["runs"].as_u64().unwrap_or(1);
         let _ = writeln!(
@@ -394,6 +413,37 @@ mod tests {
             "measured": m,
         });
         insta::assert_snapshot!(summary(&report));
+    }
+
+    // i[verify bench.forward.floor]
+    #[test]
+    fn the_summary_shows_the_floor_beside_the_paths_when_the_report_has_it() {
+        let mut m = measured(0.62, 0.69, json!(120.0));
+        for (size, bare) in [("64", 0.65), ("1162", 0.7)] {
+            let t = &mut m[format!("throughput_{size}")];
+            t["bare"] = json!({"datagrams_per_sec": 100000.0 * bare, "mbit_per_sec": 51.2 * bare, "loss": 0.0});
+            t["bare_over_raw"] = json!(bare);
+            t["forward_over_bare"] = json!(t["forward_over_raw"].as_f64().unwrap() / bare);
+        }
+        m["latency"]["bare"] = json!({"p50_us": 60.0, "p99_us": 140.0});
+        m["latency"]["bare_minus_raw"] = json!({"p50_us": 20.0, "p99_us": 50.0});
+        m["latency"]["forward_minus_bare"] = json!({"p50_us": 10.0, "p99_us": 10.0});
+        let report = json!({
+            "machine": {"loadavg_before": "1.50 1.20 1.00", "loadavg_after": "1.90 1.30 1.05"},
+            "targets": targets(&m),
+            "measured": m,
+        });
+        let text = summary(&report);
+        // A report without the floor is summarised without it.
+        let old = measured(0.62, 0.69, json!(120.0));
+        let old = json!({"machine": report["machine"], "targets": targets(&old), "measured": old});
+        assert!(!summary(&old).contains("bare"), "{}", summary(&old));
+        // The floor leaves the targets as they were.
+        assert_eq!(
+            report["targets"],
+            targets(&measured(0.62, 0.69, json!(120.0)))
+        );
+        insta::assert_snapshot!(text);
     }
 
     /// A stand-in for cargo in `root`: it notes how it was called (in `root/called`: the cargo
