@@ -32,6 +32,8 @@ pub use allow::{AllowList, AllowRule, Grants};
 pub use auth::Credential;
 pub use classify::RelayError;
 pub use identity::{Fingerprint, Identity};
+#[doc(hidden)]
+pub use ready::DRAIN;
 pub use server::{
     Access, DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_AUTHENTICATED, DEFAULT_MAX_PER_CREDENTIAL, Server,
     ServerConfig, start,

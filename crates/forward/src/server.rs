@@ -1687,7 +1687,9 @@ fn on_this_machine(target: SocketAddr, source: SocketAddr) -> bool {
 /// relay's thread ([`gives_way`]): 15 datagrams of 1,162 bytes (a full run of 64-byte datagrams,
 /// 64 of them in one send, stays below it), and a few such sends fill a receive buffer of the
 /// kernel's default size (208 KiB: about 90 datagrams of 1,162 bytes as the kernel charges them).
-const BURST: usize = 16 << 10;
+// Public (hidden) for the relay bench's floor, which gives way as the node does.
+#[doc(hidden)]
+pub const BURST: usize = 16 << 10;
 
 /// Whether the relay gives its CPU up after sending `sent` bytes at once to a flow's target,
 /// `local` when that target is on the node's own machine: after a burst ([`BURST`]) towards a
@@ -1974,12 +1976,6 @@ mod tests {
             // A link-local address of the host's own, scope and all.
             ("[fe80::7%2]:5001", "[fe80::7%2]:40000"),
         ];
-        for (target, source) in local {
-            assert!(
-                on_this_machine(at(target), at(source)),
-                "{target} from {source}"
-            );
-        }
         let remote = [
             ("198.51.100.1:5001", "192.0.2.7:40000"),
             ("[2001:db8::1]:5001", "[2001:db8::7]:40000"),
@@ -1989,11 +1985,14 @@ mod tests {
             // A neighbour on the same link.
             ("[fe80::1%2]:5001", "[fe80::7%2]:40000"),
         ];
-        for (target, source) in remote {
-            assert!(
-                !on_this_machine(at(target), at(source)),
-                "{target} from {source}"
-            );
+        for (pairs, expected) in [(&local[..], true), (&remote[..], false)] {
+            for (target, source) in pairs {
+                assert_eq!(
+                    on_this_machine(at(target), at(source)),
+                    expected,
+                    "{target} from {source}"
+                );
+            }
         }
     }
 

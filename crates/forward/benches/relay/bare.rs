@@ -6,7 +6,7 @@
 //!
 //! One flow, no header, no authentication, no flow table: the client's side takes what the app
 //! sends on one socket (recvmmsg with GRO) and queues each (non-empty) datagram on the quinn
-//! connection; the node's side takes up to [`DRAIN`] datagrams quinn has queued per wakeup and
+//! connection; the node's side takes up to the forward's [`DRAIN`] datagrams quinn has queued per wakeup and
 //! sends them to the target on a connected socket (GSO); the target's replies come back the same
 //! way. Endpoints made as raw quinn's are (TLS, transport settings, sockets), the bench's batched
 //! sockets, and the forward's own ways with them (one allocation per received batch; the CPU
@@ -19,14 +19,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use holdfast_forward::DRAIN;
+use holdfast_forward::server::BURST;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::batched::{Batched, RecvBufs, datagrams};
 use crate::{Path, loopback, ready_now};
-
-/// The most datagrams one wakeup relays: the forward's bound (`ready::DRAIN`).
-const DRAIN: usize = 256;
 
 /// A bare relay from a local socket to `target` over `connected` (the client's side, on
 /// `client_side`) and `accepted` (the node's side, on `node`); the app's path to it and its tasks.
@@ -90,13 +89,10 @@ async fn up(
 enum Destination {
     /// The app, once it has sent something.
     App(Arc<Mutex<Option<SocketAddr>>>),
-    /// The target, on this machine: after a burst the node's side gives it the CPU, as the
-    /// forward does towards a local target (`r[forward.target.local]`: one send of 16 KiB).
+    /// The target, on this machine: after a burst (one send of [`BURST`]) the node's side gives
+    /// it the CPU, as the forward does towards a local target (`r[forward.target.local]`).
     Target(SocketAddr),
 }
-
-/// One send of at least this many bytes to the target is a burst.
-const BURST: usize = 16 * 1024;
 
 /// Connection to socket: everything quinn has queued, runs of equal sizes gathered into one GSO
 /// send each.

@@ -794,6 +794,12 @@ async fn run(node: Handle, client_side: Handle) {
     let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
         .ok()
         .and_then(|v| v.parse().ok());
+    // The floor, when measured: never in profile mode (`bare` is `None`) nor in the paced
+    // diagnostics, which measure the other two alone, so a report has all of it or none.
+    let floor = bare
+        .as_ref()
+        .map(|(path, _)| path)
+        .filter(|_| paced_only.is_none() && !stages::enabled());
     let sizes: &[usize] = if paced_only.is_some() {
         &[]
     } else {
@@ -815,13 +821,10 @@ async fn run(node: Handle, client_side: Handle) {
             throughput(&forward, size, WINDOW, phases.throughput),
         )
         .await;
-        // The floor, after the forward; a report has all of it or none (`bare` is `None` in
-        // profile mode, and the paced diagnostics leave it out).
-        let b = match &bare {
-            Some((bare, _)) if !stages::enabled() => {
-                Some(throughput(bare, size, WINDOW, phases.throughput).await)
-            }
-            _ => None,
+        // The floor, after the forward.
+        let b = match floor {
+            Some(bare) => Some(throughput(bare, size, WINDOW, phases.throughput).await),
+            None => None,
         };
         for (name, t) in [
             ("raw", Some(&r)),
@@ -911,13 +914,10 @@ async fn run(node: Handle, client_side: Handle) {
             raw_out.0, raw_out.1, raw_out.2, fwd_out.0, fwd_out.1, fwd_out.2
         );
     }
-    // The floor at the same rate, after the forward; not in the diagnostics, which measure the
-    // other two alone.
-    let b = match &bare {
-        Some((bare, _)) if paced_only.is_none() && !stages::enabled() => {
-            Some(paced(bare, 64, rate, phases.latency).await)
-        }
-        _ => None,
+    // The floor at the same rate, after the forward.
+    let b = match floor {
+        Some(bare) => Some(paced(bare, 64, rate, phases.latency).await),
+        None => None,
     };
     let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
     let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
@@ -934,13 +934,12 @@ async fn run(node: Handle, client_side: Handle) {
         r.loss() * 100.0,
         f.loss() * 100.0
     );
-    let tail = |m: &Measured| serde_json::json!({"p50_us": m.percentile_us(0.5), "p99_us": m.percentile_us(0.99), "p999_us": m.percentile_us(0.999), "loss": m.loss(), "samples": m.rtts.len()});
     let mut latency = serde_json::json!({
         "rate_datagrams_per_sec": rate,
         "bytes": 64,
         "secs": phases.latency.as_secs_f64(),
-        "raw": tail(&r),
-        "forward": tail(&f),
+        "raw": Tail::of(&r).json(),
+        "forward": Tail::of(&f).json(),
         // The difference of the two paths' percentiles, not a percentile of added latency.
         "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
     });
@@ -954,7 +953,7 @@ async fn run(node: Handle, client_side: Handle) {
             f99 - b99,
             b.loss() * 100.0
         );
-        latency["bare"] = tail(b);
+        latency["bare"] = Tail::of(b).json();
         latency["bare_minus_raw"] = serde_json::json!({"p50_us": b50 - r50, "p99_us": b99 - r99});
         latency["forward_minus_bare"] =
             serde_json::json!({"p50_us": f50 - b50, "p99_us": f99 - b99});
